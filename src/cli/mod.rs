@@ -1,0 +1,87 @@
+//! Command-line interface. Each command lives in its own module; the engine is in the library.
+
+mod score;
+
+use clap::{Parser, Subcommand};
+use loopguard::config::{Config, ConfigError};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Tells an LLM-agent orchestrator, event by event, whether its agent is stuck in a loop —
+/// also when the agent rewords what it repeats — and what to do next.
+#[derive(Parser, Debug)]
+#[command(name = "loopguard", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Configuration file (TOML), merged over the compiled-in defaults (loopguard.toml).
+    #[arg(long, global = true, env = "LOOPGUARD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Log format on stderr.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "LOOPGUARD_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+
+    /// Log filter (tracing-subscriber syntax), e.g. `info` or `loopguard=debug`.
+    #[arg(long, global = true, default_value = "warn", env = "LOOPGUARD_LOG")]
+    pub log: String,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Score recorded runs: JSONL in (a file or `-` for stdin), one JSON line per run out.
+    Score(score::ScoreArgs),
+    /// Print the effective configuration (defaults < --config file < LOOPGUARD_* environment).
+    Config,
+}
+
+pub fn init_logging(format: LogFormat, filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Load the configuration, naming the file or key at fault.
+pub fn load_config(
+    file: Option<&std::path::Path>,
+    overrides: &[(String, String)],
+) -> Result<Config, ConfigError> {
+    Config::load_with_env(file, overrides)
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format, &cli.log);
+    let result = match &cli.command {
+        Command::Score(args) => score::run(&cli, args),
+        Command::Config => load_config(cli.config.as_deref(), &[])
+            .map(|c| print!("{}", c.to_toml()))
+            .map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("loopguard: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

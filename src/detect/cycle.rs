@@ -1,0 +1,59 @@
+//! `cycle` (seed 001 level 2): the last `p` work events repeat the `p` before them,
+//! `detect.cycles.repetitions` times, for a period `p` in `min_period..=max_period` — over exact
+//! *or* semantic identities, so A→B→A→B reworded is still a cycle. Work events are tool calls,
+//! failures and collaboration requests; thoughts in between do not break the pattern.
+//!
+//! A cycle is counted once per period, not at every event that continues it.
+
+use super::{Ctx, Finding};
+use crate::state::Entry;
+use crate::verdict::LoopKind;
+
+fn same(newer: &Entry, older: &Entry) -> bool {
+    newer.is_same_as(older.seq)
+}
+
+pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
+    if !ctx.entry.is_work() {
+        return None;
+    }
+    let cfg = &ctx.cfg.cycles;
+    let mut work: Vec<&Entry> = ctx.state.window.iter().filter(|e| e.is_work()).collect();
+    work.push(ctx.entry);
+    let n = work.len();
+    for p in cfg.min_period..=cfg.max_period {
+        let span = p * cfg.repetitions;
+        if n < span {
+            break;
+        }
+        let periodic =
+            (0..p * (cfg.repetitions - 1)).all(|i| same(work[n - 1 - i], work[n - 1 - i - p]));
+        if !periodic {
+            continue;
+        }
+        // All of one thing is a repeat, not a cycle.
+        let newest = work[n - 1];
+        if (1..p).all(|j| same(newest, work[n - 1 - j])) {
+            continue;
+        }
+        let continuing = ctx.state.cycle.filter(|run| run.period == p);
+        let counts = match continuing {
+            Some(run) => run.since_counted + 1 >= p,
+            None => true,
+        };
+        let matched = work[n - 1 - p].seq;
+        let first = work[n - span].seq;
+        let mut f = Finding::new(
+            LoopKind::Cycle,
+            format!(
+                "the last {p} actions repeat the {p} before them (period {p}, since seq {first})"
+            ),
+        );
+        f.matched = Some(matched);
+        f.similarity = ctx.link(matched).and_then(|l| l.similarity());
+        f.counts = counts;
+        f.period = Some(p);
+        return Some(f);
+    }
+    None
+}

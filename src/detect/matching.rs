@@ -1,0 +1,335 @@
+//! Identity: is the new event the same as an earlier one — exactly, after normalisation, or
+//! reworded (cosine at or above the kind's threshold, with the same numbers)?
+//!
+//! Matching runs in two phases so the model is only touched when it must be:
+//! [`needed`] lists the texts that lack a vector and cannot be decided by their keys, the engine
+//! embeds them in one call, then [`links`] compares with whatever vectors exist. When the new
+//! event is an exact repeat of something in the window, [`exact_identity`] short-cuts phase one
+//! entirely (the exact fast path).
+
+use super::{Level, Link};
+use crate::config::DetectConfig;
+use crate::embed::cosine;
+use crate::state::{Channel, Entry, EntryBody, TaskState, TextSig};
+
+/// Which text of an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Failure message, response text, collaboration request, or a tool call's call.
+    Main,
+    /// A tool call's result.
+    Result,
+}
+
+/// Where a text that needs a vector lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    New(Part),
+    Window(usize, Part),
+}
+
+fn main_sig(body: &EntryBody) -> Option<&TextSig> {
+    match body {
+        EntryBody::Failure { sig, .. }
+        | EntryBody::Response { sig, .. }
+        | EntryBody::Collaboration { sig, .. } => Some(sig),
+        EntryBody::ToolCall { call, .. } => Some(call),
+        _ => None,
+    }
+}
+
+fn main_sig_mut(body: &mut EntryBody) -> Option<&mut TextSig> {
+    match body {
+        EntryBody::Failure { sig, .. }
+        | EntryBody::Response { sig, .. }
+        | EntryBody::Collaboration { sig, .. } => Some(sig),
+        EntryBody::ToolCall { call, .. } => Some(call),
+        _ => None,
+    }
+}
+
+fn result_of(body: &EntryBody) -> Option<&crate::state::ResultSig> {
+    match body {
+        EntryBody::ToolCall { result, .. } => result.as_ref(),
+        _ => None,
+    }
+}
+
+/// The text at a slot, mutably (to store its vector).
+pub fn sig_mut<'a>(
+    state: &'a mut TaskState,
+    entry: &'a mut Entry,
+    slot: Slot,
+) -> Option<&'a mut TextSig> {
+    let (body, part) = match slot {
+        Slot::New(p) => (&mut entry.body, p),
+        Slot::Window(i, p) => (&mut state.window.get_mut(i)?.body, p),
+    };
+    match part {
+        Part::Main => main_sig_mut(body),
+        Part::Result => match body {
+            EntryBody::ToolCall { result, .. } => result.as_mut().map(|r| &mut r.sig),
+            _ => None,
+        },
+    }
+}
+
+/// The text at a slot.
+pub fn sig_at<'a>(state: &'a TaskState, entry: &'a Entry, slot: Slot) -> Option<&'a TextSig> {
+    let (body, part) = match slot {
+        Slot::New(p) => (&entry.body, p),
+        Slot::Window(i, p) => (&state.window.get(i)?.body, p),
+    };
+    match part {
+        Part::Main => main_sig(body),
+        Part::Result => result_of(body).map(|r| &r.sig),
+    }
+}
+
+fn threshold(cfg: &DetectConfig, channel: Channel, part: Part) -> f32 {
+    let s = &cfg.similarity;
+    match (channel, part) {
+        (Channel::ToolCall, Part::Result) => s.result,
+        (Channel::Failure, _) => s.failure,
+        (Channel::ToolCall, _) => s.tool_call,
+        (Channel::Response, _) => s.response,
+        (Channel::Collaboration, _) => s.collaboration,
+        (Channel::Other, _) => f32::INFINITY,
+    }
+}
+
+/// Whether semantic comparison is on for a channel.
+fn semantic_on(cfg: &DetectConfig, channel: Channel) -> bool {
+    match channel {
+        Channel::Response => cfg.enabled.similar_response || cfg.enabled.semantic_repeat,
+        Channel::Collaboration => cfg.enabled.collaboration_loop,
+        Channel::Other => false,
+        _ => cfg.enabled.semantic_repeat,
+    }
+}
+
+/// Keys first, then the numbers guard, then the cosine.
+fn key_level(a: &TextSig, b: &TextSig) -> Option<Level> {
+    if a.exact == b.exact {
+        Some(Level::Exact)
+    } else if a.norm == b.norm {
+        Some(Level::Normalized)
+    } else if a.numbers != b.numbers {
+        // A later page, a job further along, a different count: not the same observation.
+        Some(Level::None)
+    } else {
+        None
+    }
+}
+
+fn level(a: &TextSig, b: &TextSig, thr: f32, grey: f32) -> (Level, Option<f32>) {
+    if let Some(l) = key_level(a, b) {
+        return (l, None);
+    }
+    match (&a.vector, &b.vector) {
+        (Some(va), Some(vb)) => {
+            let c = cosine(va, vb);
+            let l = if c >= thr {
+                Level::Semantic
+            } else if c >= thr - grey {
+                Level::Grey
+            } else {
+                Level::None
+            };
+            (l, Some(c))
+        }
+        _ => (Level::None, None),
+    }
+}
+
+fn comparable(e: &Entry, w: &Entry) -> bool {
+    let ch = e.body.channel();
+    if ch == Channel::Other || ch != w.body.channel() {
+        return false;
+    }
+    match (&e.body, &w.body) {
+        (
+            EntryBody::Collaboration {
+                from_agent: f1,
+                to_agent: t1,
+                ..
+            },
+            EntryBody::Collaboration {
+                from_agent: f2,
+                to_agent: t2,
+                ..
+            },
+        ) => f1 == f2 && t1 == t2,
+        _ => true,
+    }
+}
+
+fn same_tool(e: &Entry, w: &Entry) -> bool {
+    match (&e.body, &w.body) {
+        (EntryBody::ToolCall { tool: a, .. }, EntryBody::ToolCall { tool: b, .. }) => a == b,
+        _ => true,
+    }
+}
+
+fn is_stale(cfg: &DetectConfig, e: &Entry, w: &Entry) -> bool {
+    cfg.max_gap_secs > 0 && e.ts.saturating_sub(w.ts) > cfg.max_gap_secs as i64
+}
+
+/// The exact fast path: the new event equals a live window entry by keys alone.
+pub fn exact_identity(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> bool {
+    state.window.iter().any(|w| {
+        if !comparable(e, w) || !same_tool(e, w) || is_stale(cfg, e, w) {
+            return false;
+        }
+        let (Some(a), Some(b)) = (main_sig(&e.body), main_sig(&w.body)) else {
+            return false;
+        };
+        let main = key_level(a, b).is_some_and(Level::is_exact);
+        let result = match (result_of(&e.body), result_of(&w.body)) {
+            (Some(r1), Some(r2)) => key_level(&r1.sig, &r2.sig).is_some_and(Level::is_exact),
+            _ => true,
+        };
+        main && result
+    })
+}
+
+/// Texts that need a vector before [`links`] can compare them semantically, in two rounds:
+/// `Part::Main` first (calls, messages, requests), then `Part::Result` — a result is only worth
+/// embedding when its call matched (or nearly) or when both results are negative, which after the
+/// first round is known. Results are long; skipping them is most of the model time saved.
+pub fn needed(cfg: &DetectConfig, state: &TaskState, e: &Entry, part: Part) -> Vec<Slot> {
+    let mut slots = Vec::new();
+    let channel = e.body.channel();
+    if !semantic_on(cfg, channel) {
+        return slots;
+    }
+    let mut push = |s: Slot| {
+        if !slots.contains(&s) {
+            slots.push(s);
+        }
+    };
+    let grey = cfg.similarity.grey_band;
+    for (i, w) in state.window.iter().enumerate() {
+        if !comparable(e, w) || is_stale(cfg, e, w) {
+            continue;
+        }
+        let (Some(a), Some(b)) = (main_sig(&e.body), main_sig(&w.body)) else {
+            continue;
+        };
+        match part {
+            Part::Main => {
+                if same_tool(e, w) && key_level(a, b).is_none() {
+                    if a.vector.is_none() {
+                        push(Slot::New(Part::Main));
+                    }
+                    if b.vector.is_none() {
+                        push(Slot::Window(i, Part::Main));
+                    }
+                }
+            }
+            Part::Result => {
+                let (Some(r1), Some(r2)) = (result_of(&e.body), result_of(&w.body)) else {
+                    continue;
+                };
+                let call_may_match = same_tool(e, w)
+                    && level(a, b, threshold(cfg, channel, Part::Main), grey).0 >= Level::Grey;
+                let both_negative = r1.negative && r2.negative;
+                let open = key_level(&r1.sig, &r2.sig).is_none() && !r1.trivial && !r2.trivial;
+                if open && (call_may_match || both_negative) {
+                    if r1.sig.vector.is_none() {
+                        push(Slot::New(Part::Result));
+                    }
+                    if r2.sig.vector.is_none() {
+                        push(Slot::Window(i, Part::Result));
+                    }
+                }
+            }
+        }
+    }
+    slots
+}
+
+/// Compare the new event with every comparable window entry, oldest first.
+pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
+    let grey = cfg.similarity.grey_band;
+    let channel = e.body.channel();
+    let mut out = Vec::new();
+    for w in state.window.iter() {
+        if !comparable(e, w) {
+            continue;
+        }
+        let (Some(a), Some(b)) = (main_sig(&e.body), main_sig(&w.body)) else {
+            continue;
+        };
+        let (mut text, cos) = if same_tool(e, w) {
+            level(a, b, threshold(cfg, channel, Part::Main), grey)
+        } else {
+            (Level::None, None)
+        };
+        if !semantic_on(cfg, channel) && !text.is_exact() {
+            text = Level::None;
+        }
+        // Seed 000's secondary indicators: the same exception at the same place with the same
+        // stack is the same failure even when the message wording moved a lot.
+        if let (
+            EntryBody::Failure {
+                exception: Some(x1),
+                location: Some(l1),
+                context_hash: Some(h1),
+                ..
+            },
+            EntryBody::Failure {
+                exception: Some(x2),
+                location: Some(l2),
+                context_hash: Some(h2),
+                ..
+            },
+        ) = (&e.body, &w.body)
+        {
+            let floor = cfg.similarity.failure - grey;
+            if cfg.structural_match
+                && !text.is_match()
+                && x1 == x2
+                && l1 == l2
+                && h1 == h2
+                && cos.is_some_and(|c| c >= floor)
+            {
+                text = Level::Semantic;
+            }
+        }
+        let (result, cos_result) = match (result_of(&e.body), result_of(&w.body)) {
+            (Some(r1), Some(r2)) => {
+                let (mut l, c) = level(
+                    &r1.sig,
+                    &r2.sig,
+                    threshold(cfg, channel, Part::Result),
+                    grey,
+                );
+                if !semantic_on(cfg, channel) && !l.is_exact() {
+                    l = Level::None;
+                }
+                (Some(l), c)
+            }
+            _ => (None, None),
+        };
+        // An acknowledgement ("", "OK") says nothing about what a call did: a reworded call with
+        // an empty result (an edit, a write) is a different action unless it is the same call.
+        let both_trivial = matches!(
+            (result_of(&e.body), result_of(&w.body)),
+            (Some(r1), Some(r2)) if r1.trivial && r2.trivial
+        );
+        let same = text.is_match()
+            && result.is_none_or(Level::is_match)
+            && (text.is_exact() || !both_trivial);
+        out.push(Link {
+            seq: w.seq,
+            text,
+            cos,
+            result,
+            cos_result,
+            same,
+            stale: is_stale(cfg, e, w),
+        });
+    }
+    out
+}

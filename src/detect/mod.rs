@@ -1,0 +1,239 @@
+//! Detectors: each a small unit that looks at the new event against the task's window and says
+//! whether it is a loop of its kind. docs/DETECTION.md describes every one with its settings.
+//!
+//! The engine first links the new event to the window ([`matching`]: exact, normalised and
+//! semantic identity), then asks the detectors in [`ORDER`]; the first finding wins. Progress
+//! ([`progress`]) can veto a finding afterwards.
+
+pub mod budget;
+pub mod collaboration;
+pub mod cycle;
+pub mod matching;
+pub mod negative;
+pub mod progress;
+pub mod regression;
+pub mod repeat;
+pub mod response;
+pub mod steps;
+pub mod transitions;
+
+use crate::config::DetectConfig;
+use crate::state::MetricsObs;
+use crate::state::{Entry, TaskState};
+use crate::verdict::LoopKind;
+
+/// How strongly two texts are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Different.
+    None,
+    /// Similar, but below the threshold by no more than the grey band: ambiguous.
+    Grey,
+    /// Cosine at or above the threshold, with the same numbers.
+    Semantic,
+    /// Equal after normalisation.
+    Normalized,
+    /// Equal as given.
+    Exact,
+}
+
+impl Level {
+    pub fn is_match(self) -> bool {
+        self >= Level::Semantic
+    }
+    pub fn is_exact(self) -> bool {
+        self >= Level::Normalized
+    }
+}
+
+/// How the new event compares with one earlier event of the same channel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Link {
+    pub seq: u64,
+    /// Main text (failure message, response, request) or, for a tool call, the call.
+    pub text: Level,
+    pub cos: Option<f32>,
+    /// Tool calls only: how the results compare; `None` when either has no result.
+    pub result: Option<Level>,
+    pub cos_result: Option<f32>,
+    /// The identity verdict: the same event (text, and result when both have one).
+    pub same: bool,
+    /// Too old to count (beyond `detect.max_gap_secs`).
+    pub stale: bool,
+}
+
+impl Link {
+    /// The similarity to report: the weakest part that made the match.
+    pub fn similarity(&self) -> Option<f32> {
+        match (self.cos, self.cos_result) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn exact(&self) -> bool {
+        self.text.is_exact() && self.result.is_none_or(Level::is_exact)
+    }
+}
+
+/// A detector's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub kind: LoopKind,
+    pub matched: Option<u64>,
+    pub similarity: Option<f32>,
+    pub reason: String,
+    /// False for events that continue a periodic loop already counted this period.
+    pub counts: bool,
+    /// True for loops a progress mark after `matched` cancels (repeats, cycles, same errors).
+    pub vetoable: bool,
+    /// Periodic loops (cycles, transition cycles): the period.
+    pub period: Option<usize>,
+}
+
+impl Finding {
+    pub fn new(kind: LoopKind, reason: String) -> Self {
+        Finding {
+            kind,
+            matched: None,
+            similarity: None,
+            reason,
+            counts: true,
+            vetoable: true,
+            period: None,
+        }
+    }
+}
+
+/// What detectors see: the configuration, the task state before the new event is added, the
+/// new event, and its links to the window.
+pub struct Ctx<'a> {
+    pub cfg: &'a DetectConfig,
+    pub state: &'a TaskState,
+    pub entry: &'a Entry,
+    pub links: &'a [Link],
+    /// Test results the new event carries (progress event, or a summary in its text).
+    pub metrics: Option<MetricsObs>,
+    /// The step the new event enters and how often it has been entered, this time included.
+    pub step_entered: Option<(String, u32)>,
+    /// Events of the task so far, this one included (the budget).
+    pub events_total: u64,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn link(&self, seq: u64) -> Option<&Link> {
+        self.links.iter().find(|l| l.seq == seq)
+    }
+
+    /// Live links that are the same event, newest first.
+    pub fn same_links(&self) -> impl Iterator<Item = &Link> {
+        self.links.iter().rev().filter(|l| l.same && !l.stale)
+    }
+
+    /// Is there new work strictly between `seq` and now, other than the entries in `chain`?
+    /// This is what separates a test re-run after a distinct fix (progress) from a loop.
+    pub fn novelty_between(&self, seq: u64, chain: &[u64]) -> bool {
+        self.state
+            .window
+            .iter()
+            .filter(|e| e.seq > seq && !chain.contains(&e.seq))
+            .any(|e| e.novel)
+    }
+
+    /// Work events (not thoughts) strictly between two seqs, other than those in `chain`.
+    fn work_between(&self, older: u64, newer: u64, chain: &[u64]) -> usize {
+        self.state
+            .window
+            .iter()
+            .filter(|e| e.seq > older && e.seq < newer && !chain.contains(&e.seq))
+            .filter(|e| e.is_work() && !e.is_passive())
+            .count()
+    }
+
+    /// The chain of matching earlier events, newest first: consecutive members may have at most
+    /// `max_between` other work events between them (a repeat is near-consecutive; longer
+    /// patterns are cycles), and there is no new work anywhere between the oldest member and now.
+    pub fn repeat_chain<'l>(
+        &self,
+        matches: impl Iterator<Item = &'l Link>,
+        max_between: Option<usize>,
+    ) -> Vec<u64> {
+        let mut chain: Vec<u64> = Vec::new();
+        let mut newer = self.entry.seq;
+        for l in matches {
+            let mut with = chain.clone();
+            with.push(l.seq);
+            if self.cfg.repeats.new_work_breaks && self.novelty_between(l.seq, &with) {
+                break;
+            }
+            if max_between.is_some_and(|m| self.work_between(l.seq, newer, &with) > m) {
+                break;
+            }
+            chain.push(l.seq);
+            newer = l.seq;
+        }
+        chain
+    }
+}
+
+/// A detector: a pure function of the context.
+pub type Detector = fn(&Ctx<'_>) -> Option<Finding>;
+
+/// Detectors in priority order: the first finding is the verdict's kind.
+/// A cycle in progress wins over the repeats inside it, so it is counted once per period.
+pub const ORDER: [Detector; 9] = [
+    budget::detect,
+    regression::detect,
+    collaboration::detect,
+    cycle::detect,
+    repeat::detect,
+    response::detect,
+    negative::detect,
+    steps::detect,
+    transitions::detect,
+];
+
+/// Is a kind switched on?
+pub fn enabled(cfg: &DetectConfig, kind: LoopKind) -> bool {
+    let e = &cfg.enabled;
+    match kind {
+        LoopKind::None => true,
+        LoopKind::ExactRepeat => e.exact_repeat,
+        LoopKind::SemanticRepeat => e.semantic_repeat,
+        LoopKind::Cycle => e.cycle,
+        LoopKind::SameError => e.same_error,
+        LoopKind::ResultRepeat => e.result_repeat,
+        LoopKind::SimilarResponse => e.similar_response,
+        LoopKind::CollaborationLoop => e.collaboration_loop,
+        LoopKind::StepLimit => e.step_limit,
+        LoopKind::TransitionCycle => e.transition_cycle,
+        LoopKind::Regression => e.regression,
+        LoopKind::Budget => e.budget,
+    }
+}
+
+/// Run the detectors; the first enabled finding wins.
+pub fn run(ctx: &Ctx<'_>) -> Option<Finding> {
+    ORDER
+        .iter()
+        .filter_map(|d| d(ctx))
+        .find(|f| enabled(ctx.cfg, f.kind))
+}
+
+/// A near miss worth asking the judge about: the best grey-band link of the new event.
+pub fn grey_candidate<'l>(ctx: &'l Ctx<'_>) -> Option<&'l Link> {
+    ctx.links
+        .iter()
+        .filter(|l| !l.stale && !l.same)
+        .filter(|l| l.text == Level::Grey || l.result == Some(Level::Grey) && l.text.is_match())
+        .max_by(|a, b| {
+            a.similarity()
+                .unwrap_or(0.0)
+                .total_cmp(&b.similarity().unwrap_or(0.0))
+        })
+}
+
+/// Format a cosine for reasons: two decimals.
+pub fn fmt_cos(c: Option<f32>) -> String {
+    c.map(|c| format!("{c:.2}")).unwrap_or_else(|| "-".into())
+}

@@ -1,0 +1,60 @@
+//! `same_error` and `result_repeat` (seed 001 level 4, seed 000's "same error with varying
+//! actions"): *different* calls that end in the same error, or in the same "nothing found".
+//! Results that carry information (a file's content, a list of matches) never count here: only
+//! errors and empty findings, which bring no progress however the call was varied.
+
+use super::repeat::strongest;
+use super::{fmt_cos, Ctx, Finding, Link};
+use crate::state::EntryBody;
+use crate::verdict::LoopKind;
+
+fn negative_result(ctx: &Ctx<'_>, seq: u64) -> bool {
+    matches!(
+        ctx.state.entry(seq).map(|e| &e.body),
+        Some(EntryBody::ToolCall { result: Some(r), .. }) if r.negative && !r.trivial
+    )
+}
+
+pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
+    let EntryBody::ToolCall {
+        result: Some(result),
+        ..
+    } = &ctx.entry.body
+    else {
+        return None;
+    };
+    if !result.negative || result.trivial {
+        return None;
+    }
+    let matches = ctx.links.iter().rev().filter(|l| {
+        !l.stale
+            && !l.text.is_match()
+            && l.result.is_some_and(|r| r.is_match())
+            && negative_result(ctx, l.seq)
+    });
+    let chain = ctx.repeat_chain(matches, Some(ctx.cfg.repeats.max_between));
+    if chain.len() < ctx.cfg.repeats.negative_result {
+        return None;
+    }
+    let best: &Link = strongest(chain.iter().filter_map(|s| ctx.link(*s)))?;
+    let (kind, what) = if result.failed {
+        (LoopKind::SameError, "the same error")
+    } else {
+        (LoopKind::ResultRepeat, "the same empty result")
+    };
+    let sim = best
+        .cos_result
+        .map(|_| format!("cosine {}", fmt_cos(best.cos_result)))
+        .unwrap_or_else(|| "exact match".into());
+    let mut f = Finding::new(
+        kind,
+        format!(
+            "{} different calls in a row ended in {what} as seq {} ({sim})",
+            chain.len() + 1,
+            best.seq
+        ),
+    );
+    f.matched = Some(best.seq);
+    f.similarity = best.cos_result;
+    Some(f)
+}

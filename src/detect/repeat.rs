@@ -1,0 +1,101 @@
+//! `exact_repeat` / `semantic_repeat`: the same failure or the same tool call (with the same
+//! result) again.
+//!
+//! - Failures (seed 000): any earlier match in the window is a loop, exact or reworded; progress
+//!   since the match cancels it.
+//! - Tool calls (seeds 001, 002): `detect.repeats.tool_call` earlier matches are needed, and they
+//!   must form a chain with no new work between them. A test re-run after each *distinct* fix
+//!   (new work in between) or a poll whose output moves (a different result) is not a loop; the
+//!   same call with the same result and nothing new in between is.
+
+use super::{fmt_cos, Ctx, Finding, Link};
+use crate::state::Channel;
+use crate::verdict::LoopKind;
+
+/// The link to report: exact before reworded, then the highest cosine, then the newest.
+pub fn strongest<'l>(links: impl Iterator<Item = &'l Link>) -> Option<&'l Link> {
+    links.max_by(|a, b| {
+        (a.exact(), a.similarity().unwrap_or(1.0), a.seq)
+            .partial_cmp(&(b.exact(), b.similarity().unwrap_or(1.0), b.seq))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    })
+}
+
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (1, 11) | (2, 12) | (3, 13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// Describe a match for a reason string, without quoting either text.
+pub fn how(link: &Link, threshold: f32) -> String {
+    if link.exact() {
+        "exact match".to_string()
+    } else {
+        format!(
+            "reworded (cosine {} ≥ {:.2})",
+            fmt_cos(link.similarity()),
+            threshold
+        )
+    }
+}
+
+fn kind_of(link: &Link) -> LoopKind {
+    if link.exact() {
+        LoopKind::ExactRepeat
+    } else {
+        LoopKind::SemanticRepeat
+    }
+}
+
+pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
+    let cfg = ctx.cfg;
+    match ctx.entry.body.channel() {
+        Channel::Failure => {
+            let matches: Vec<&Link> = ctx.same_links().collect();
+            if matches.len() < cfg.repeats.failure {
+                return None;
+            }
+            let best = strongest(matches.iter().copied())?;
+            let mut f = Finding::new(
+                kind_of(best),
+                format!(
+                    "same failure as seq {}, {}; seen {} time(s) before",
+                    best.seq,
+                    how(best, cfg.similarity.failure),
+                    matches.len()
+                ),
+            );
+            f.matched = Some(best.seq);
+            f.similarity = best.similarity();
+            Some(f)
+        }
+        Channel::ToolCall => {
+            let chain = ctx.repeat_chain(ctx.same_links(), Some(cfg.repeats.max_between));
+            if chain.len() < cfg.repeats.tool_call {
+                return None;
+            }
+            let best = strongest(chain.iter().filter_map(|s| ctx.link(*s)))?;
+            let with_result = best.result.is_some();
+            let mut f = Finding::new(
+                kind_of(best),
+                format!(
+                    "same tool call{} as seq {}, {}; the {} time with no new work in between",
+                    if with_result { " and result" } else { "" },
+                    best.seq,
+                    how(best, cfg.similarity.tool_call),
+                    ordinal(chain.len() + 1)
+                ),
+            );
+            f.matched = Some(best.seq);
+            f.similarity = best.similarity();
+            Some(f)
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,49 @@
+//! `similar_response` (seed 004) and identical responses (seed 003's SHA-256 of the trimmed
+//! text, reported as `exact_repeat`): an LLM turn that says what one of the last
+//! `detect.responses.window` turns said, `detect.repeats.response` times with no new work between.
+
+use super::repeat::{how, strongest};
+use super::{Ctx, Finding, Link};
+use crate::state::{Channel, EntryBody};
+use crate::verdict::LoopKind;
+
+pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
+    if ctx.entry.body.channel() != Channel::Response {
+        return None;
+    }
+    let cfg = ctx.cfg;
+    // Only the most recent responses are compared (seed 004's window of 3).
+    let recent: Vec<u64> = ctx
+        .state
+        .window
+        .iter()
+        .rev()
+        .filter(|e| matches!(e.body, EntryBody::Response { .. }))
+        .take(cfg.responses.window)
+        .map(|e| e.seq)
+        .collect();
+    let matches = ctx.same_links().filter(|l| recent.contains(&l.seq));
+    let chain = ctx.repeat_chain(matches, None);
+    if chain.len() < cfg.repeats.response {
+        return None;
+    }
+    let best: &Link = strongest(chain.iter().filter_map(|s| ctx.link(*s)))?;
+    let (kind, what) = if best.exact() {
+        (LoopKind::ExactRepeat, "identical response")
+    } else {
+        (LoopKind::SimilarResponse, "similar response")
+    };
+    let mut f = Finding::new(
+        kind,
+        format!(
+            "{what} to seq {}, {}; {} of the last {} responses say the same",
+            best.seq,
+            how(best, cfg.similarity.response),
+            chain.len(),
+            cfg.responses.window
+        ),
+    );
+    f.matched = Some(best.seq);
+    f.similarity = best.similarity();
+    Some(f)
+}

@@ -1,0 +1,782 @@
+//! Local sentence embeddings: one thread owns the model, concurrent callers are batched, and no
+//! text is embedded twice.
+//!
+//! - [`Embedder`] is the cheap, cloneable handle callers use. It answers from a bounded LRU cache
+//!   when it can and otherwise queues a job for the model thread.
+//! - The model thread takes every job waiting in the queue (up to `max_batch` texts) and runs them
+//!   as one model call: continuous batching with no fill timer, so a lone request is not delayed.
+//!   It checks the cache again before embedding, so two callers asking for the same text in quick
+//!   succession still cost one embedding.
+//! - [`FastEmbedBackend`] runs all-MiniLM-L6-v2 (int8 ONNX, mean pooling, L2-normalised, 384-d)
+//!   through fastembed with ONNX Runtime loaded at run time. [`StubBackend`] is a lexical stand-in
+//!   for fast unit tests of detector logic; it is never the default.
+
+use crate::config::ModelConfig;
+use lru::LruCache;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// An L2-normalised embedding, shared between the cache and task windows.
+pub type Vector = Arc<[f32]>;
+
+/// Embedding dimension of all-MiniLM-L6-v2.
+pub const DIM: usize = 384;
+
+/// The command that fetches the model and the runtime, quoted in every "missing" error.
+pub const FETCH_COMMAND: &str = "python3 models/fetch.py";
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum EmbedError {
+    #[error("embedding model file {} is missing; run `{FETCH_COMMAND}` to fetch it (or set [model] dir / LOOPGUARD_MODEL__DIR)", .0.display())]
+    ModelMissing(PathBuf),
+    #[error("ONNX Runtime library {} not found; run `{FETCH_COMMAND}` to fetch it (or set ORT_DYLIB_PATH / [model] ort_dylib)", .0.display())]
+    RuntimeMissing(PathBuf),
+    #[error("ONNX Runtime at {path} could not be loaded: {message}")]
+    RuntimeLoad { path: String, message: String },
+    #[error("embedding model error: {0}")]
+    Model(String),
+    #[error("the embedding queue is full")]
+    Overloaded,
+    #[error("the embedding model is not available: {0}")]
+    Unavailable(String),
+}
+
+/// What runs inside the model thread.
+pub trait EmbedBackend: Send {
+    /// Embed a batch; one L2-normalised vector per text, in order.
+    fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// A short description for logs and `/readyz`.
+    fn describe(&self) -> String;
+}
+
+/// Counters the metrics endpoint and benchmarks read.
+#[derive(Debug, Default)]
+pub struct EmbedStats {
+    pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
+    pub texts_embedded: AtomicU64,
+    pub batches: AtomicU64,
+    /// Batches by size: 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65+.
+    pub batch_size_buckets: [AtomicU64; 8],
+    pub model_nanos: AtomicU64,
+}
+
+impl EmbedStats {
+    fn record_batch(&self, size: usize, took: Duration) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.texts_embedded
+            .fetch_add(size as u64, Ordering::Relaxed);
+        self.model_nanos
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        let bucket = match size {
+            0..=1 => 0,
+            2 => 1,
+            3..=4 => 2,
+            5..=8 => 3,
+            9..=16 => 4,
+            17..=32 => 5,
+            33..=64 => 6,
+            _ => 7,
+        };
+        self.batch_size_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+const LOADING: u8 = 0;
+const READY: u8 = 1;
+const FAILED: u8 = 2;
+
+struct Job {
+    texts: Vec<String>,
+    reply: oneshot::Sender<Result<Vec<Vector>, EmbedError>>,
+}
+
+struct Inner {
+    tx: mpsc::Sender<Job>,
+    cache: Mutex<LruCache<String, Vector>>,
+    stats: EmbedStats,
+    state: AtomicU8,
+    failure: OnceLock<EmbedError>,
+    description: OnceLock<String>,
+}
+
+/// Handle to the model thread. Clone it freely.
+#[derive(Clone)]
+pub struct Embedder {
+    inner: Arc<Inner>,
+}
+
+/// How the model thread batches and caches.
+#[derive(Debug, Clone)]
+pub struct EmbedderOptions {
+    /// Most texts in one model call.
+    pub max_batch: usize,
+    /// Most padded tokens in one model call (texts × the longest text's tokens): bounds the
+    /// model's working memory when texts are long.
+    pub max_batch_tokens: usize,
+    /// Jobs waiting for the model thread before callers get [`EmbedError::Overloaded`].
+    pub queue_capacity: usize,
+    /// Embeddings kept in the LRU cache.
+    pub cache_entries: usize,
+}
+
+impl Default for EmbedderOptions {
+    fn default() -> Self {
+        EmbedderOptions {
+            max_batch: 64,
+            max_batch_tokens: 8192,
+            queue_capacity: 1024,
+            cache_entries: 20_000,
+        }
+    }
+}
+
+impl From<&ModelConfig> for EmbedderOptions {
+    fn from(c: &ModelConfig) -> Self {
+        EmbedderOptions {
+            max_batch: c.max_batch.max(1),
+            max_batch_tokens: c.max_batch_tokens.max(1),
+            queue_capacity: c.queue_capacity.max(1),
+            cache_entries: c.cache_entries.max(1),
+        }
+    }
+}
+
+impl Embedder {
+    /// Start the model thread; `load` runs on it (the model never leaves that thread).
+    /// Returns at once: [`Embedder::wait_ready`] blocks until the model is loaded and warm.
+    pub fn start<F>(load: F, opts: EmbedderOptions) -> Embedder
+    where
+        F: FnOnce() -> Result<Box<dyn EmbedBackend>, EmbedError> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel::<Job>(opts.queue_capacity);
+        let inner = Arc::new(Inner {
+            tx,
+            cache: Mutex::new(LruCache::new(
+                NonZeroUsize::new(opts.cache_entries).expect("cache_entries >= 1"),
+            )),
+            stats: EmbedStats::default(),
+            state: AtomicU8::new(LOADING),
+            failure: OnceLock::new(),
+            description: OnceLock::new(),
+        });
+        let thread_inner = Arc::clone(&inner);
+        let limits = (opts.max_batch, opts.max_batch_tokens);
+        std::thread::Builder::new()
+            .name("loopguard-model".into())
+            .spawn(move || model_thread(load, thread_inner, rx, limits))
+            .expect("spawning the model thread");
+        Embedder { inner }
+    }
+
+    /// Start the real model described by `cfg` (see [`FastEmbedBackend::load`]).
+    pub fn start_model(cfg: &ModelConfig) -> Embedder {
+        let cfg2 = cfg.clone();
+        Embedder::start(
+            move || FastEmbedBackend::load(&cfg2).map(|b| Box::new(b) as Box<dyn EmbedBackend>),
+            EmbedderOptions::from(cfg),
+        )
+    }
+
+    /// Start the lexical stub (tests of detector logic only).
+    pub fn start_stub() -> Embedder {
+        Embedder::start(
+            || Ok(Box::new(StubBackend) as Box<dyn EmbedBackend>),
+            EmbedderOptions::default(),
+        )
+    }
+
+    /// Load the real model and wait until it is warm; the error says how to fetch what is missing.
+    pub fn load_model(cfg: &ModelConfig) -> Result<Embedder, EmbedError> {
+        let e = Embedder::start_model(cfg);
+        e.wait_ready()?;
+        Ok(e)
+    }
+
+    /// Block until the model is loaded (or failed to load).
+    pub fn wait_ready(&self) -> Result<(), EmbedError> {
+        loop {
+            match self.inner.state.load(Ordering::Acquire) {
+                READY => return Ok(()),
+                FAILED => return Err(self.failure()),
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+
+    /// True once the model is loaded and has embedded its warm-up text.
+    pub fn is_ready(&self) -> bool {
+        self.inner.state.load(Ordering::Acquire) == READY
+    }
+
+    /// The load error, if loading failed.
+    pub fn load_error(&self) -> Option<EmbedError> {
+        self.inner.failure.get().cloned()
+    }
+
+    /// Which backend and model is loaded.
+    pub fn describe(&self) -> String {
+        self.inner
+            .description
+            .get()
+            .cloned()
+            .unwrap_or_else(|| "loading".into())
+    }
+
+    pub fn stats(&self) -> &EmbedStats {
+        &self.inner.stats
+    }
+
+    fn failure(&self) -> EmbedError {
+        self.inner
+            .failure
+            .get()
+            .cloned()
+            .unwrap_or_else(|| EmbedError::Unavailable("the model thread stopped".into()))
+    }
+
+    /// Look every text up in the cache; `None` where it is missing.
+    fn cached(&self, texts: &[String]) -> Vec<Option<Vector>> {
+        let mut cache = self.inner.cache.lock().expect("embedding cache lock");
+        texts.iter().map(|t| cache.get(t).cloned()).collect()
+    }
+
+    fn split_misses(&self, texts: &[String]) -> (Vec<Option<Vector>>, Vec<String>) {
+        let found = self.cached(texts);
+        let hits = found.iter().filter(|v| v.is_some()).count() as u64;
+        self.inner
+            .stats
+            .cache_hits
+            .fetch_add(hits, Ordering::Relaxed);
+        let mut misses: Vec<String> = Vec::new();
+        for (t, v) in texts.iter().zip(&found) {
+            if v.is_none() && !misses.contains(t) {
+                misses.push(t.clone());
+            }
+        }
+        self.inner
+            .stats
+            .cache_misses
+            .fetch_add(misses.len() as u64, Ordering::Relaxed);
+        (found, misses)
+    }
+
+    fn merge(
+        found: Vec<Option<Vector>>,
+        texts: &[String],
+        misses: &[String],
+        got: Vec<Vector>,
+    ) -> Vec<Vector> {
+        found
+            .into_iter()
+            .zip(texts)
+            .map(|(v, t)| {
+                v.unwrap_or_else(|| {
+                    let i = misses
+                        .iter()
+                        .position(|m| m == t)
+                        .expect("miss was embedded");
+                    Arc::clone(&got[i])
+                })
+            })
+            .collect()
+    }
+
+    fn check_failed(&self) -> Result<(), EmbedError> {
+        if self.inner.state.load(Ordering::Acquire) == FAILED {
+            return Err(self.failure());
+        }
+        Ok(())
+    }
+
+    /// Embed texts (already prepared: normalised, trimmed to length). Cache hits cost no model time.
+    pub async fn embed(&self, texts: &[String]) -> Result<Vec<Vector>, EmbedError> {
+        let (found, misses) = self.split_misses(texts);
+        if misses.is_empty() {
+            return Ok(found.into_iter().map(|v| v.expect("all hits")).collect());
+        }
+        self.check_failed()?;
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .tx
+            .try_send(Job {
+                texts: misses.clone(),
+                reply,
+            })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => EmbedError::Overloaded,
+                mpsc::error::TrySendError::Closed(_) => self.failure(),
+            })?;
+        let got = rx.await.map_err(|_| self.failure())??;
+        Ok(Self::merge(found, texts, &misses, got))
+    }
+
+    /// The blocking form of [`Embedder::embed`], for callers outside an async runtime.
+    /// Must not be called from inside one.
+    pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vector>, EmbedError> {
+        let (found, misses) = self.split_misses(texts);
+        if misses.is_empty() {
+            return Ok(found.into_iter().map(|v| v.expect("all hits")).collect());
+        }
+        self.check_failed()?;
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .tx
+            .blocking_send(Job {
+                texts: misses.clone(),
+                reply,
+            })
+            .map_err(|_| self.failure())?;
+        let got = rx.blocking_recv().map_err(|_| self.failure())??;
+        Ok(Self::merge(found, texts, &misses, got))
+    }
+}
+
+fn model_thread<F>(
+    load: F,
+    inner: Arc<Inner>,
+    mut rx: mpsc::Receiver<Job>,
+    (max_batch, max_batch_tokens): (usize, usize),
+) where
+    F: FnOnce() -> Result<Box<dyn EmbedBackend>, EmbedError>,
+{
+    // ort panics instead of returning errors in a few places (a library of the wrong version);
+    // a panic while loading becomes a load error, never a crashed process.
+    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut backend = load()?;
+        backend.embed_batch(&["warm up the model"])?;
+        Ok::<_, EmbedError>(backend)
+    }))
+    .unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic while loading the model".into());
+        Err(EmbedError::Unavailable(msg))
+    });
+    let mut backend = match loaded {
+        Ok(b) => {
+            let _ = inner.description.set(b.describe());
+            inner.state.store(READY, Ordering::Release);
+            tracing::info!(model = %b.describe(), "embedding model ready");
+            b
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "embedding model failed to load");
+            let _ = inner.failure.set(e.clone());
+            inner.state.store(FAILED, Ordering::Release);
+            // Answer whatever is queued, then stop: callers get the load error.
+            rx.close();
+            while let Some(job) = rx.blocking_recv() {
+                let _ = job.reply.send(Err(e.clone()));
+            }
+            return;
+        }
+    };
+
+    while let Some(first) = rx.blocking_recv() {
+        let mut jobs = vec![first];
+        let mut queued = jobs[0].texts.len();
+        // Take whatever else is waiting right now; never wait for more.
+        while queued < max_batch {
+            match rx.try_recv() {
+                Ok(job) => {
+                    queued += job.texts.len();
+                    jobs.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        // A caller that went away (timeout, closed connection) costs nothing.
+        jobs.retain(|j| !j.reply.is_closed());
+        if jobs.is_empty() {
+            continue;
+        }
+        let result = run_jobs(&mut *backend, &inner, &jobs, max_batch, max_batch_tokens);
+        for job in jobs {
+            let answer = match &result {
+                Ok(fresh) => {
+                    let mut cache = inner.cache.lock().expect("embedding cache lock");
+                    job.texts
+                        .iter()
+                        .map(|t| {
+                            fresh
+                                .get(t)
+                                .or_else(|| cache.get(t))
+                                .cloned()
+                                .ok_or_else(|| EmbedError::Model("embedding went missing".into()))
+                        })
+                        .collect()
+                }
+                Err(e) => Err(e.clone()),
+            };
+            let _ = job.reply.send(answer);
+        }
+    }
+}
+
+fn run_jobs(
+    backend: &mut dyn EmbedBackend,
+    inner: &Inner,
+    jobs: &[Job],
+    max_batch: usize,
+    max_batch_tokens: usize,
+) -> Result<std::collections::HashMap<String, Vector>, EmbedError> {
+    // Texts still missing from the cache, each once; sorted by length so each model call pads
+    // to similar lengths.
+    let mut todo: Vec<&str> = {
+        let mut cache = inner.cache.lock().expect("embedding cache lock");
+        let mut todo: Vec<&str> = Vec::new();
+        for t in jobs.iter().flat_map(|j| j.texts.iter()) {
+            if !cache.contains(t) && !todo.contains(&t.as_str()) {
+                todo.push(t.as_str());
+            }
+        }
+        // Keep hits fresh in the LRU so they survive this batch's inserts.
+        for t in jobs.iter().flat_map(|j| j.texts.iter()) {
+            cache.promote(t);
+        }
+        todo
+    };
+    todo.sort_by_key(|t| t.len());
+    let mut fresh = std::collections::HashMap::with_capacity(todo.len());
+    for chunk in chunks(&todo, max_batch, max_batch_tokens) {
+        let started = Instant::now();
+        let vectors = backend.embed_batch(chunk)?;
+        inner.stats.record_batch(chunk.len(), started.elapsed());
+        if vectors.len() != chunk.len() {
+            return Err(EmbedError::Model(format!(
+                "model returned {} vectors for {} texts",
+                vectors.len(),
+                chunk.len()
+            )));
+        }
+        let mut cache = inner.cache.lock().expect("embedding cache lock");
+        for (t, v) in chunk.iter().zip(vectors) {
+            let v = Vector::from(v);
+            cache.put((*t).to_string(), Arc::clone(&v));
+            fresh.insert((*t).to_string(), v);
+        }
+    }
+    Ok(fresh)
+}
+
+/// A rough token count (WordPiece on English and code averages 3-4 characters per token).
+fn approx_tokens(text: &str) -> usize {
+    text.len() / 3 + 2
+}
+
+/// Split texts sorted by length into model calls of at most `max_batch` texts and
+/// `max_batch_tokens` padded tokens (every text is padded to the longest in its call).
+fn chunks<'a>(
+    sorted: &'a [&'a str],
+    max_batch: usize,
+    max_batch_tokens: usize,
+) -> Vec<&'a [&'a str]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < sorted.len() {
+        let mut end = start + 1;
+        while end < sorted.len()
+            && end - start < max_batch
+            && (end - start + 1) * approx_tokens(sorted[end]) <= max_batch_tokens
+        {
+            end += 1;
+        }
+        out.push(&sorted[start..end]);
+        start = end;
+    }
+    out
+}
+
+/// Cosine similarity of two L2-normalised vectors (their dot product).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    ndarray::ArrayView1::from(a).dot(&ndarray::ArrayView1::from(b))
+}
+
+/// The real model: all-MiniLM-L6-v2 through fastembed and ONNX Runtime.
+pub struct FastEmbedBackend {
+    model: fastembed::TextEmbedding,
+    description: String,
+}
+
+const MODEL_FILES: [&str; 5] = [
+    "model.onnx",
+    "tokenizer.json",
+    "config.json",
+    "special_tokens_map.json",
+    "tokenizer_config.json",
+];
+
+static ORT_ENV: OnceLock<Result<ort::environment::Environment, EmbedError>> = OnceLock::new();
+
+fn ort_environment(dylib: &Path) -> Result<ort::environment::Environment, EmbedError> {
+    ORT_ENV
+        .get_or_init(|| {
+            let path = dylib.display().to_string();
+            let builder = ort::init_from(dylib).map_err(|e| EmbedError::RuntimeLoad {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            builder
+                .with_name("loopguard")
+                .build()
+                .map_err(|e| EmbedError::RuntimeLoad {
+                    path,
+                    message: e.to_string(),
+                })
+        })
+        .clone()
+}
+
+impl FastEmbedBackend {
+    /// Load the model files from `cfg.dir` and ONNX Runtime from `cfg.ort_dylib`. Missing files are
+    /// reported with the command that fetches them, before ort gets a chance to panic on them.
+    pub fn load(cfg: &ModelConfig) -> Result<Self, EmbedError> {
+        if cfg.source == crate::config::ModelSource::Hub {
+            return Self::load_from_hub(cfg);
+        }
+        let dir = cfg.resolved_dir();
+        let mut files = Vec::with_capacity(MODEL_FILES.len());
+        for name in MODEL_FILES {
+            let path = dir.join(name);
+            let bytes = std::fs::read(&path).map_err(|_| EmbedError::ModelMissing(path))?;
+            files.push(bytes);
+        }
+        let env = Self::runtime(cfg)?;
+        let mut files = files.into_iter();
+        let onnx = files.next().expect("five files");
+        let tokenizer_files = fastembed::TokenizerFiles {
+            tokenizer_file: files.next().expect("five files"),
+            config_file: files.next().expect("five files"),
+            special_tokens_map_file: files.next().expect("five files"),
+            tokenizer_config_file: files.next().expect("five files"),
+        };
+        // The model needs mean pooling (fastembed's default for user models is CLS: wrong vectors,
+        // no error) and was trained with 256 tokens.
+        let model = fastembed::UserDefinedEmbeddingModel::new(onnx, tokenizer_files)
+            .with_pooling(fastembed::Pooling::Mean);
+        let opts = fastembed::InitOptionsUserDefined::new()
+            .with_environment(env)
+            .with_max_length(cfg.max_tokens)
+            .with_intra_threads(cfg.threads.max(1));
+        let model = fastembed::TextEmbedding::try_new_from_user_defined(model, opts)
+            .map_err(|e| EmbedError::Model(e.to_string()))?;
+        Ok(FastEmbedBackend {
+            model,
+            description: format!(
+                "all-MiniLM-L6-v2 (int8 ONNX, mean pooling) from {}, {} thread(s)",
+                dir.display(),
+                cfg.threads.max(1)
+            ),
+        })
+    }
+
+    fn runtime(cfg: &ModelConfig) -> Result<ort::environment::Environment, EmbedError> {
+        let dylib = cfg.resolved_ort_dylib();
+        if !dylib.is_file() {
+            return Err(EmbedError::RuntimeMissing(dylib));
+        }
+        ort_environment(&dylib)
+    }
+
+    #[cfg(feature = "hf-hub")]
+    fn load_from_hub(cfg: &ModelConfig) -> Result<Self, EmbedError> {
+        let env = Self::runtime(cfg)?;
+        let opts = fastembed::TextInitOptions::new(fastembed::EmbeddingModel::AllMiniLML6V2)
+            .with_cache_dir(cfg.resolved_dir())
+            .with_max_length(cfg.max_tokens)
+            .with_intra_threads(cfg.threads.max(1))
+            .with_environment(env);
+        let model = fastembed::TextEmbedding::try_new(opts)
+            .map_err(|e| EmbedError::Model(e.to_string()))?;
+        Ok(FastEmbedBackend {
+            model,
+            description: "all-MiniLM-L6-v2 (fastembed hub download)".into(),
+        })
+    }
+
+    #[cfg(not(feature = "hf-hub"))]
+    fn load_from_hub(_cfg: &ModelConfig) -> Result<Self, EmbedError> {
+        Err(EmbedError::Unavailable(
+            "[model] source = \"hub\" needs loopguard built with `--features hf-hub`".into(),
+        ))
+    }
+}
+
+impl EmbedBackend for FastEmbedBackend {
+    fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.model
+            .embed(texts, Some(texts.len().max(1)))
+            .map_err(|e| EmbedError::Model(e.to_string()))
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+}
+
+/// A lexical stand-in for the model: hashed word and character-trigram counts, L2-normalised.
+/// Texts sharing most words score high, unrelated texts near zero. Only for fast unit tests of
+/// detector logic; every similarity-dependent behaviour is also tested with the real model.
+pub struct StubBackend;
+
+impl StubBackend {
+    pub fn vector(text: &str) -> Vec<f32> {
+        let mut v = vec![0f32; DIM];
+        let lower = text.to_lowercase();
+        for word in lower
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+        {
+            let h = crate::signature::key64(word);
+            v[(h % DIM as u64) as usize] += 1.0;
+            let chars: Vec<char> = word.chars().collect();
+            for w in chars.windows(3) {
+                let tri: String = w.iter().collect();
+                let h = crate::signature::key64(&tri);
+                v[(h % DIM as u64) as usize] += 0.3;
+            }
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+        v
+    }
+}
+
+impl EmbedBackend for StubBackend {
+    fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts.iter().map(|t| StubBackend::vector(t)).collect())
+    }
+
+    fn describe(&self) -> String {
+        "lexical stub (tests only)".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    struct Counting(Arc<AtomicUsize>, Arc<Mutex<Vec<usize>>>);
+    impl EmbedBackend for Counting {
+        fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.0.fetch_add(texts.len(), Ordering::SeqCst);
+            self.1.lock().unwrap().push(texts.len());
+            Ok(texts.iter().map(|t| StubBackend::vector(t)).collect())
+        }
+        fn describe(&self) -> String {
+            "counting".into()
+        }
+    }
+
+    fn counting() -> (Embedder, Arc<AtomicUsize>, Arc<Mutex<Vec<usize>>>) {
+        let n = Arc::new(AtomicUsize::new(0));
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let (n2, s2) = (Arc::clone(&n), Arc::clone(&sizes));
+        let e = Embedder::start(
+            move || Ok(Box::new(Counting(n2, s2)) as Box<dyn EmbedBackend>),
+            EmbedderOptions::default(),
+        );
+        e.wait_ready().unwrap();
+        (e, n, sizes)
+    }
+
+    #[test]
+    fn never_embeds_the_same_text_twice() {
+        let (e, n, _) = counting();
+        let base = n.load(Ordering::SeqCst); // the warm-up text
+        let texts: Vec<String> = vec!["a b c".into(), "d e f".into(), "a b c".into()];
+        let v1 = e.embed_blocking(&texts).unwrap();
+        assert_eq!(n.load(Ordering::SeqCst) - base, 2);
+        let v2 = e.embed_blocking(&texts[..1]).unwrap();
+        assert_eq!(n.load(Ordering::SeqCst) - base, 2);
+        assert_eq!(&*v1[0], &*v2[0]);
+        assert_eq!(&*v1[0], &*v1[2]);
+        assert!(e.stats().cache_hits.load(Ordering::Relaxed) >= 1);
+    }
+
+    #[test]
+    fn concurrent_callers_share_batches() {
+        let (e, _, sizes) = counting();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut handles = Vec::new();
+            for i in 0..64 {
+                let e = e.clone();
+                handles.push(tokio::spawn(async move {
+                    e.embed(&[format!("text number {i}")]).await.unwrap()
+                }));
+            }
+            for h in handles {
+                assert_eq!(h.await.unwrap().len(), 1);
+            }
+        });
+        let sizes = sizes.lock().unwrap();
+        let total: usize = sizes.iter().sum();
+        assert_eq!(total, 65, "64 texts + warm-up, each once: {sizes:?}");
+        assert!(
+            sizes.len() < 65,
+            "some calls were batched together: {sizes:?}"
+        );
+    }
+
+    #[test]
+    fn missing_model_is_a_clear_error_not_a_panic() {
+        let cfg = ModelConfig {
+            dir: "/nonexistent/model".into(),
+            ..ModelConfig::default()
+        };
+        let err = Embedder::load_model(&cfg).err().expect("must fail");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("model.onnx") && msg.contains(FETCH_COMMAND),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn missing_runtime_is_a_clear_error_not_a_panic() {
+        let cfg = ModelConfig {
+            ort_dylib: Some("/nonexistent/libonnxruntime.so".into()),
+            ..ModelConfig::default()
+        };
+        // Only meaningful where the model files exist; otherwise the model error comes first.
+        if cfg.resolved_dir().join("model.onnx").is_file() {
+            let err = Embedder::load_model(&cfg).err().expect("must fail");
+            assert!(matches!(err, EmbedError::RuntimeMissing(_)), "{err}");
+            assert!(err.to_string().contains(FETCH_COMMAND));
+        }
+    }
+
+    #[test]
+    fn chunks_respect_count_and_token_budget() {
+        let long = "x".repeat(300); // ~102 tokens
+        let texts: Vec<&str> = vec!["a", "b", "c", &long, &long, &long];
+        let c = chunks(&texts, 64, 250);
+        let sizes: Vec<usize> = c.iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, [4, 2]);
+        let c = chunks(&texts, 2, 100_000);
+        assert_eq!(c.len(), 3);
+    }
+
+    #[test]
+    fn stub_scores_shared_words_higher() {
+        let a = StubBackend::vector("cannot connect to the database");
+        let b = StubBackend::vector("could not connect to database");
+        let c = StubBackend::vector("the weather is nice today");
+        assert!(cosine(&a, &b) > 0.5);
+        assert!(cosine(&a, &c) < 0.3);
+    }
+}

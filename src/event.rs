@@ -1,0 +1,368 @@
+//! Events in: the envelope an orchestrator posts and the seven event types of the brief.
+//!
+//! Parsing goes through [`parse_envelope`] / [`parse_envelope_value`], which report the JSON path
+//! of the first problem (`event.message`, `task_id`) instead of a bare serde message.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+/// Longest accepted task id, in characters (the brief's contract: 1..256).
+pub const MAX_TASK_ID_CHARS: usize = 256;
+
+/// One agent event with the routing information around it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Envelope {
+    /// The unit of state; 1..256 characters.
+    pub task_id: String,
+    /// A subtask shares the loop counter and window of its root task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_task_id: Option<String>,
+    /// Changing agents does not reset the loop counter (seed 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// Workflow step name, for per-step iteration limits (seed 004).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// Event time; the engine uses its own clock when absent.
+    #[serde(
+        default,
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ts: Option<OffsetDateTime>,
+    pub event: Event,
+}
+
+impl Envelope {
+    /// An envelope around a bare event, as `score` builds for runs that carry only events.
+    pub fn bare(task_id: impl Into<String>, event: Event) -> Self {
+        Envelope {
+            task_id: task_id.into(),
+            parent_task_id: None,
+            agent_id: None,
+            step: None,
+            ts: None,
+            event,
+        }
+    }
+}
+
+/// The event types of the brief's input contract.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    Failure(Failure),
+    ToolCall(ToolCall),
+    Response(Response),
+    Collaboration(Collaboration),
+    Transition(Transition),
+    Progress(Progress),
+    Outcome(Outcome),
+}
+
+impl Event {
+    /// The wire name of the event type.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Event::Failure(_) => "failure",
+            Event::ToolCall(_) => "tool_call",
+            Event::Response(_) => "response",
+            Event::Collaboration(_) => "collaboration",
+            Event::Transition(_) => "transition",
+            Event::Progress(_) => "progress",
+            Event::Outcome(_) => "outcome",
+        }
+    }
+}
+
+/// An error the agent hit (seed 000's failure signature is extracted from it).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Failure {
+    pub message: String,
+    /// Caller's classification; wins over the engine's own classification when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
+    /// `file:line` or a component name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_trace: Option<String>,
+}
+
+/// A tool invocation, optionally with what it returned (seeds 001, 002).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ToolCall {
+    pub tool: String,
+    #[serde(default)]
+    pub args: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<ToolResult>,
+}
+
+/// What a tool returned.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ToolResult {
+    /// A string, or any JSON (compared in canonical form).
+    #[serde(default)]
+    pub output: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_error: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+}
+
+impl ToolResult {
+    /// True when the call failed: `is_error`, or a non-zero exit code.
+    pub fn failed(&self) -> bool {
+        self.is_error.unwrap_or(false) || self.exit_code.is_some_and(|c| c != 0)
+    }
+}
+
+/// The text of one LLM turn (seeds 003, 004).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Response {
+    pub text: String,
+}
+
+/// One agent asking another for help (seed 000's collaboration loop).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Collaboration {
+    pub from_agent: String,
+    pub to_agent: String,
+    pub request: String,
+}
+
+/// A workflow state transition (seed 004).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Transition {
+    pub from: String,
+    pub to: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Objective progress metrics (seed 000's progress definition).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Progress {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests_passed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests_failed: Option<u64>,
+    /// Percent, 0..100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_created: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependencies_added: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines_changed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Progress {
+    /// Seed 000's fallback indicators: files created, dependencies added, code written.
+    pub fn has_completion_indicators(&self) -> bool {
+        self.files_created.unwrap_or(0) > 0
+            || self.dependencies_added.unwrap_or(0) > 0
+            || self.lines_changed.unwrap_or(0) > 0
+    }
+}
+
+/// How a task (or an attempt at it) ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Outcome {
+    pub result: OutcomeKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Seed 000: the counter resets on `success` and `human_intervention`, never on `agent_changed`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    Success,
+    HumanIntervention,
+    AgentChanged,
+    Abandoned,
+}
+
+impl OutcomeKind {
+    pub fn resets_counter(self) -> bool {
+        matches!(self, OutcomeKind::Success | OutcomeKind::HumanIntervention)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeKind::Success => "success",
+            OutcomeKind::HumanIntervention => "human_intervention",
+            OutcomeKind::AgentChanged => "agent_changed",
+            OutcomeKind::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// Input that does not fit the contract, with the JSON path at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct InputError {
+    /// Dotted JSON path, `.` for the document itself.
+    pub path: String,
+    pub message: String,
+}
+
+impl InputError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        InputError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The same error one level deeper, e.g. under `events[3]`.
+    pub fn under(self, prefix: &str) -> Self {
+        let path = if self.path == "." || self.path.is_empty() {
+            prefix.to_string()
+        } else if self.path.starts_with('[') {
+            format!("{prefix}{}", self.path)
+        } else {
+            format!("{prefix}.{}", self.path)
+        };
+        InputError {
+            path,
+            message: self.message,
+        }
+    }
+}
+
+fn path_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> InputError {
+    let path = err.path().to_string();
+    InputError::new(path, err.into_inner().to_string())
+}
+
+/// Parse one envelope from JSON text, naming the path of the first problem.
+pub fn parse_envelope(text: &str) -> Result<Envelope, InputError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let envelope: Envelope = serde_path_to_error::deserialize(&mut de).map_err(path_error)?;
+    de.end()
+        .map_err(|e| InputError::new(".", format!("trailing characters after the event: {e}")))?;
+    validate(envelope)
+}
+
+/// Parse one envelope from an already parsed JSON value.
+pub fn parse_envelope_value(value: serde_json::Value) -> Result<Envelope, InputError> {
+    let envelope: Envelope = serde_path_to_error::deserialize(value).map_err(path_error)?;
+    validate(envelope)
+}
+
+/// Parse a bare event (the `event` object alone) from a JSON value.
+pub fn parse_event_value(value: serde_json::Value) -> Result<Event, InputError> {
+    serde_path_to_error::deserialize(value).map_err(path_error)
+}
+
+fn validate_task_id(path: &str, id: &str) -> Result<(), InputError> {
+    let chars = id.chars().count();
+    if chars == 0 || chars > MAX_TASK_ID_CHARS {
+        return Err(InputError::new(
+            path,
+            format!("must be 1..{MAX_TASK_ID_CHARS} characters, got {chars}"),
+        ));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(InputError::new(path, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+fn validate(envelope: Envelope) -> Result<Envelope, InputError> {
+    validate_task_id("task_id", &envelope.task_id)?;
+    if let Some(parent) = &envelope.parent_task_id {
+        validate_task_id("parent_task_id", parent)?;
+        if parent == &envelope.task_id {
+            return Err(InputError::new(
+                "parent_task_id",
+                "a task cannot be its own parent",
+            ));
+        }
+    }
+    if let Event::Progress(p) = &envelope.event {
+        if let Some(c) = p.coverage {
+            if !(0.0..=100.0).contains(&c) {
+                return Err(InputError::new(
+                    "event.coverage",
+                    format!("must be a percentage in 0..100, got {c}"),
+                ));
+            }
+        }
+    }
+    Ok(envelope)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_event_type() {
+        let lines = [
+            r#"{"task_id":"t","event":{"type":"failure","message":"boom","error_type":"runtime","location":"a.rs:1","stack_trace":"x"}}"#,
+            r#"{"task_id":"t","event":{"type":"tool_call","tool":"ls","args":{"path":"."},"result":{"output":"a b","is_error":false,"exit_code":0}}}"#,
+            r#"{"task_id":"t","event":{"type":"response","text":"hello"}}"#,
+            r#"{"task_id":"t","event":{"type":"collaboration","from_agent":"a","to_agent":"b","request":"help"}}"#,
+            r#"{"task_id":"t","event":{"type":"transition","from":"plan","to":"implement"}}"#,
+            r#"{"task_id":"t","event":{"type":"progress","tests_passed":3,"coverage":50.5}}"#,
+            r#"{"task_id":"t","parent_task_id":"p","agent_id":"a","step":"worker","ts":"2026-11-21T10:00:00Z","event":{"type":"outcome","result":"human_intervention","note":"n"}}"#,
+        ];
+        let names: Vec<_> = lines
+            .iter()
+            .map(|l| parse_envelope(l).unwrap().event.type_name())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "failure",
+                "tool_call",
+                "response",
+                "collaboration",
+                "transition",
+                "progress",
+                "outcome"
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let err = parse_envelope(r#"{"task_id":"t","event":{"type":"failure"}}"#).unwrap_err();
+        assert_eq!(err.path, "event");
+        assert!(err.message.contains("missing field `message`"), "{err}");
+
+        let err = parse_envelope(r#"{"task_id":"t","event":{"type":"teleport"}}"#).unwrap_err();
+        assert!(err.message.contains("unknown variant `teleport`"), "{err}");
+
+        let err = parse_envelope(r#"{"event":{"type":"response","text":"x"}}"#).unwrap_err();
+        assert!(err.message.contains("missing field `task_id`"), "{err}");
+
+        let err =
+            parse_envelope(r#"{"task_id":"","event":{"type":"response","text":"x"}}"#).unwrap_err();
+        assert_eq!(err.path, "task_id");
+
+        let err = parse_envelope(
+            r#"{"task_id":"t","ts":"yesterday","event":{"type":"response","text":"x"}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.path, "ts");
+
+        let err =
+            parse_envelope(r#"{"task_id":7,"event":{"type":"response","text":"x"}}"#).unwrap_err();
+        assert_eq!(err.path, "task_id");
+    }
+
+    #[test]
+    fn under_prefixes_paths() {
+        let e = InputError::new("event.message", "x").under("events[3]");
+        assert_eq!(e.path, "events[3].event.message");
+        let e = InputError::new(".", "x").under("events[0]");
+        assert_eq!(e.path, "events[0]");
+    }
+}

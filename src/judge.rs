@@ -1,0 +1,140 @@
+//! The LLM judge hook: asked only about cases the cheap signals cannot decide (a similarity in
+//! the grey band, repeated failures with no objective progress signal). Seed 000's orchestrator
+//! "evaluates goal proximity"; here that is a trait, so the engine works — deterministically —
+//! with no judge at all.
+
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::pin::Pin;
+
+/// The judge's classification of the current event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeVerdict {
+    /// The agent is moving toward the goal: not a loop.
+    Progress,
+    /// Spinning: counts as a loop.
+    NoProgress,
+    /// Moving away from the goal: counts as a loop.
+    Regressive,
+    /// The failure is outside the agent's control: reported, not counted.
+    External,
+}
+
+impl JudgeVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JudgeVerdict::Progress => "progress",
+            JudgeVerdict::NoProgress => "no_progress",
+            JudgeVerdict::Regressive => "regressive",
+            JudgeVerdict::External => "external",
+        }
+    }
+}
+
+/// How a judge call went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeStatus {
+    Ok,
+    Timeout,
+    Unavailable,
+    /// The judge answered outside the verdict schema.
+    Invalid,
+    /// The task's budget of judge calls is spent.
+    BudgetExhausted,
+}
+
+impl JudgeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JudgeStatus::Ok => "ok",
+            JudgeStatus::Timeout => "timeout",
+            JudgeStatus::Unavailable => "unavailable",
+            JudgeStatus::Invalid => "invalid",
+            JudgeStatus::BudgetExhausted => "budget_exhausted",
+        }
+    }
+}
+
+/// A judge's answer; anything but `status: Ok` with a verdict is "undecided".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeAnswer {
+    pub status: JudgeStatus,
+    pub verdict: Option<JudgeVerdict>,
+    pub confidence: Option<f32>,
+    pub reason: Option<String>,
+}
+
+impl JudgeAnswer {
+    pub fn undecided(status: JudgeStatus, reason: impl Into<String>) -> Self {
+        JudgeAnswer {
+            status,
+            verdict: None,
+            confidence: None,
+            reason: Some(reason.into()),
+        }
+    }
+}
+
+/// One event as the judge sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceEvent {
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Normalised and trimmed.
+    pub text: String,
+}
+
+/// The earlier event the current one nearly matched.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub seq: u64,
+    pub text: String,
+    pub similarity: Option<f32>,
+}
+
+/// Everything the judge is told. Bounded: a few recent events with trimmed texts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub task_id: String,
+    pub goal: Option<String>,
+    /// Why the engine is asking.
+    pub question: String,
+    pub recent: Vec<EvidenceEvent>,
+    pub current: EvidenceEvent,
+    pub metrics: Option<crate::signature::TestMetrics>,
+    pub candidate: Option<Candidate>,
+}
+
+/// A boxed future, so judges can be trait objects.
+pub type JudgeFuture<'a> = Pin<Box<dyn Future<Output = JudgeAnswer> + Send + 'a>>;
+
+/// An LLM (or anything else) that classifies ambiguous cases.
+pub trait Judge: Send + Sync {
+    fn evaluate<'a>(&'a self, evidence: &'a Evidence) -> JudgeFuture<'a>;
+}
+
+/// A judge that always gives the same answer: for tests and for reproducing seed 000's mock
+/// orchestrator LLM.
+#[derive(Debug, Clone)]
+pub struct FixedJudge(pub JudgeAnswer);
+
+impl FixedJudge {
+    pub fn says(verdict: JudgeVerdict, reason: &str) -> Self {
+        FixedJudge(JudgeAnswer {
+            status: JudgeStatus::Ok,
+            verdict: Some(verdict),
+            confidence: Some(1.0),
+            reason: Some(reason.to_string()),
+        })
+    }
+}
+
+impl Judge for FixedJudge {
+    fn evaluate<'a>(&'a self, _evidence: &'a Evidence) -> JudgeFuture<'a> {
+        let answer = self.0.clone();
+        Box::pin(async move { answer })
+    }
+}

@@ -1,0 +1,166 @@
+//! Observation: turn an event into what the engine keeps and compares (signatures, keys,
+//! prepared texts, test metrics). Pure and cheap: no model, no state.
+
+use crate::config::Config;
+use crate::event::{Envelope, Event};
+use crate::signature::{
+    args_text, canonical_json, classify, head_tail, is_negative_result, is_trivial_result, key64,
+    normalize, numbers, output_text, sha256_hex, FailureSignature, TestMetrics,
+};
+use crate::state::{
+    Entry, EntryBody, MetricsObs, ResultSig, TextSig, MAX_NUMBERS, METRICS_FROM_FAILURES,
+    METRICS_FROM_PROGRESS,
+};
+use crate::verdict::SignatureView;
+
+/// An event, observed.
+pub struct Observation {
+    pub entry: Entry,
+    /// Test results the event carries, with their source.
+    pub metrics: Option<MetricsObs>,
+    /// What the verdict shows as the event's signature.
+    pub signature: Option<SignatureView>,
+    /// A failure (or failed tool result) outside the agent's control.
+    pub external: bool,
+}
+
+fn text_sig(exact_text: &str, max_chars: usize) -> TextSig {
+    let normalized = normalize(exact_text);
+    let mut nums = numbers(&normalized);
+    nums.truncate(MAX_NUMBERS);
+    TextSig {
+        exact: key64(exact_text),
+        norm: key64(&normalized),
+        text: head_tail(&normalized, max_chars),
+        numbers: nums,
+        vector: None,
+    }
+}
+
+/// Observe one event at `seq`, `ts` (unix seconds).
+pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
+    let max = cfg.model.max_text_chars;
+    let external_types = &cfg.detect.external.types;
+    let mut metrics = None;
+    let mut signature = None;
+    let mut external = false;
+    let body = match &env.event {
+        Event::Failure(f) => {
+            let s = FailureSignature::of(f);
+            external = external_types.contains(&s.error_type);
+            let m = TestMetrics::extract(&f.message);
+            metrics = (!m.is_empty()).then_some((METRICS_FROM_FAILURES, m));
+            signature = Some(SignatureView {
+                error_type: Some(s.error_type),
+                location: s.location.clone(),
+                normalized: s.normalized.clone(),
+                hash: s.hash.clone(),
+            });
+            EntryBody::Failure {
+                sig: text_sig(&f.message, max),
+                error_type: s.error_type,
+                external,
+                exception: s.exception,
+                location: s.location,
+                context_hash: s.context_hash,
+                signature_hash: s.hash,
+            }
+        }
+        Event::ToolCall(c) => {
+            let canonical = format!("{}\u{1f}{}", c.tool, canonical_json(&c.args));
+            let readable = args_text(&c.tool, &c.args);
+            let mut call = text_sig(&readable, max);
+            // Identity of a call is the tool plus canonical args (seed 002), not its rendering.
+            call.exact = key64(&canonical);
+            signature = Some(SignatureView {
+                error_type: None,
+                location: None,
+                normalized: call.text.clone(),
+                hash: sha256_hex(&canonical),
+            });
+            let result = c.result.as_ref().map(|r| {
+                let out = output_text(&r.output);
+                let sig = text_sig(&out, max);
+                let failed = r.failed();
+                let ext = failed && external_types.contains(&classify(&out, None));
+                external |= ext;
+                let m = TestMetrics::extract(&out);
+                if !m.is_empty() {
+                    metrics = Some((key64(&canonical), m));
+                }
+                let trivial = is_trivial_result(&sig.text);
+                ResultSig {
+                    negative: failed || is_negative_result(&out),
+                    trivial,
+                    failed,
+                    external: ext,
+                    sig,
+                }
+            });
+            EntryBody::ToolCall {
+                tool: c.tool.clone(),
+                passive: cfg.detect.passive_tools.iter().any(|t| t == &c.tool),
+                call,
+                result,
+            }
+        }
+        Event::Response(r) => {
+            let trimmed = r.text.trim();
+            let sha = sha256_hex(trimmed);
+            let sig = text_sig(trimmed, max);
+            signature = Some(SignatureView {
+                error_type: None,
+                location: None,
+                normalized: sig.text.clone(),
+                hash: sha.clone(),
+            });
+            EntryBody::Response { sha256: sha, sig }
+        }
+        Event::Collaboration(c) => {
+            let sig = text_sig(&c.request, max);
+            signature = Some(SignatureView {
+                error_type: None,
+                location: None,
+                normalized: sig.text.clone(),
+                hash: sha256_hex(&normalize(&c.request)),
+            });
+            EntryBody::Collaboration {
+                from_agent: c.from_agent.clone(),
+                to_agent: c.to_agent.clone(),
+                sig,
+            }
+        }
+        Event::Transition(t) => EntryBody::Transition {
+            from: t.from.clone(),
+            to: t.to.clone(),
+        },
+        Event::Progress(p) => {
+            let m = TestMetrics::from_progress(p);
+            metrics = (!m.is_empty()).then_some((METRICS_FROM_PROGRESS, m));
+            EntryBody::Progress {
+                metrics: m,
+                completion: p.has_completion_indicators(),
+            }
+        }
+        Event::Outcome(o) => EntryBody::Outcome {
+            result: o.result.as_str().to_string(),
+        },
+    };
+    Observation {
+        entry: Entry {
+            seq,
+            ts,
+            agent_id: env.agent_id.clone(),
+            body,
+            same_as: Vec::new(),
+            novel: false,
+        },
+        metrics: metrics.map(|(source, metrics)| MetricsObs {
+            seq,
+            source,
+            metrics,
+        }),
+        signature,
+        external,
+    }
+}

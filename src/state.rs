@@ -1,0 +1,340 @@
+//! Per-task state: the bounded window of recent events, the loop counter, the pivot count and the
+//! rest of what detectors and policy remember between events.
+//!
+//! A subtask has no state of its own: it shares its root task's state (seed 000's "subtasks
+//! inherit the parent's counter"), so the state is keyed by the root task id.
+
+use crate::embed::Vector;
+use crate::signature::{ErrorType, TestMetrics};
+use crate::verdict::{LoopKind, TaskStatus};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Version of the serialised [`TaskState`]; bump it when the layout changes incompatibly.
+pub const STATE_FORMAT_VERSION: u32 = 1;
+
+/// A text as the engine compares it: exact and normalised keys, the prepared text the model
+/// embeds, and the numbers that must agree for a semantic match to count.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TextSig {
+    /// Key of the exact text.
+    pub exact: u64,
+    /// Key of the normalised text.
+    pub norm: u64,
+    /// Normalised, trimmed to the model's budget: what is embedded and shown in `matched.text`.
+    pub text: String,
+    /// Numbers left after normalisation (at most [`MAX_NUMBERS`]).
+    pub numbers: Vec<String>,
+    /// Set once computed; never persisted (recomputed through the embedding cache after a restart).
+    #[serde(skip)]
+    pub vector: Option<Vector>,
+}
+
+/// Numbers kept per text; long outputs keep their first ones.
+pub const MAX_NUMBERS: usize = 64;
+
+/// What the engine keeps of a tool result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ResultSig {
+    pub sig: TextSig,
+    /// `is_error`, or a non-zero exit code.
+    pub failed: bool,
+    /// An error or a "nothing found": a result that brings no progress.
+    pub negative: bool,
+    /// Too little text to identify anything ("", "OK", markup only).
+    pub trivial: bool,
+    /// Failed for a reason outside the agent (network, auth, outage).
+    pub external: bool,
+}
+
+/// The event-specific part of a window entry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EntryBody {
+    Failure {
+        sig: TextSig,
+        error_type: ErrorType,
+        external: bool,
+        exception: Option<String>,
+        location: Option<String>,
+        context_hash: Option<String>,
+        signature_hash: String,
+    },
+    ToolCall {
+        tool: String,
+        /// Tool name + canonical args.
+        call: TextSig,
+        result: Option<ResultSig>,
+        /// A thinking tool: never counts as new work.
+        passive: bool,
+    },
+    Response {
+        /// SHA-256 of the trimmed text (seed 003).
+        sha256: String,
+        sig: TextSig,
+    },
+    Collaboration {
+        from_agent: String,
+        to_agent: String,
+        sig: TextSig,
+    },
+    Transition {
+        from: String,
+        to: String,
+    },
+    Progress {
+        metrics: TestMetrics,
+        completion: bool,
+    },
+    Outcome {
+        result: String,
+    },
+}
+
+/// Which events can be the same as which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    Failure,
+    ToolCall,
+    Response,
+    Collaboration,
+    Other,
+}
+
+impl EntryBody {
+    pub fn channel(&self) -> Channel {
+        match self {
+            EntryBody::Failure { .. } => Channel::Failure,
+            EntryBody::ToolCall { .. } => Channel::ToolCall,
+            EntryBody::Response { .. } => Channel::Response,
+            EntryBody::Collaboration { .. } => Channel::Collaboration,
+            _ => Channel::Other,
+        }
+    }
+
+    /// The text shown as `matched.text` when this entry is matched.
+    pub fn display_text(&self) -> String {
+        match self {
+            EntryBody::Failure { sig, .. }
+            | EntryBody::Response { sig, .. }
+            | EntryBody::Collaboration { sig, .. } => sig.text.clone(),
+            EntryBody::ToolCall { call, result, .. } => match result {
+                Some(r) if !r.trivial => format!("{}\n→ {}", call.text, r.sig.text),
+                _ => call.text.clone(),
+            },
+            EntryBody::Transition { from, to } => format!("{from} → {to}"),
+            EntryBody::Progress { .. } => "progress".into(),
+            EntryBody::Outcome { result } => result.clone(),
+        }
+    }
+}
+
+/// One event as remembered in the window.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Entry {
+    pub seq: u64,
+    /// Unix seconds.
+    pub ts: i64,
+    pub agent_id: Option<String>,
+    pub body: EntryBody,
+    /// Earlier entries (by seq) this one is the same as, exactly or reworded.
+    pub same_as: Vec<u64>,
+    /// Did it bring new work: a call, failure or request not seen before in the window?
+    pub novel: bool,
+}
+
+impl Entry {
+    /// Work events form the sequence cycles are searched in; thoughts and metrics do not.
+    pub fn is_work(&self) -> bool {
+        matches!(
+            self.body.channel(),
+            Channel::ToolCall | Channel::Failure | Channel::Collaboration
+        )
+    }
+
+    /// A call to a thinking tool.
+    pub fn is_passive(&self) -> bool {
+        matches!(self.body, EntryBody::ToolCall { passive: true, .. })
+    }
+
+    pub fn is_same_as(&self, older_seq: u64) -> bool {
+        self.same_as.contains(&older_seq)
+    }
+}
+
+/// Test results seen at one event, with where they came from: only results from the same
+/// source are comparable (the same test command, failure messages, progress events); a run of a
+/// smaller test file is not a regression of a bigger one.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct MetricsObs {
+    pub seq: u64,
+    pub source: u64,
+    pub metrics: TestMetrics,
+}
+
+/// Metrics sources that are not a tool call.
+pub const METRICS_FROM_FAILURES: u64 = 1;
+pub const METRICS_FROM_PROGRESS: u64 = 2;
+
+/// An observed sign of progress (seed 000): better test results or completion indicators.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProgressMark {
+    pub seq: u64,
+    pub reason: String,
+}
+
+/// A loop pattern that repeats over several events (a cycle, a transition cycle): counted once
+/// per period, not once per event.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct PeriodicRun {
+    pub period: usize,
+    /// Pattern events since the run was last counted.
+    pub since_counted: usize,
+}
+
+/// What a past verdict said, kept for `GET /v1/tasks/{id}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VerdictSummary {
+    pub seq: u64,
+    pub task_id: String,
+    #[serde(rename = "loop")]
+    pub is_loop: bool,
+    pub kind: LoopKind,
+    pub action: String,
+    pub loop_count: u32,
+}
+
+/// Everything the engine remembers about one root task.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TaskState {
+    pub format: u32,
+    pub root: String,
+    /// Sequence number the next event gets.
+    pub next_seq: u64,
+    /// Every event ever seen: the global budget, which nothing resets.
+    pub events_total: u64,
+    /// Seed 000's loop counter: reset by success or human intervention only.
+    pub loop_count: u32,
+    /// Seed 003's entropy count: counted loops since the last pivot.
+    pub entropy: u32,
+    pub pivot_count: u32,
+    pub status: TaskStatus,
+    /// Detections per loop kind since the last reset (the per-kind ladders' index).
+    pub kind_hits: BTreeMap<String, u32>,
+    /// Loops of external failures seen since the last reset.
+    pub external_hits: u32,
+    pub window: VecDeque<Entry>,
+    pub current_step: Option<String>,
+    pub step_entries: BTreeMap<String, u32>,
+    pub transitions: VecDeque<(String, String)>,
+    /// Test results seen, newest last (from progress events, failures and tool outputs).
+    pub metrics: VecDeque<MetricsObs>,
+    pub progress_marks: VecDeque<ProgressMark>,
+    /// Failures since the last progress mark.
+    pub failures_since_progress: u32,
+    pub cycle: Option<PeriodicRun>,
+    pub transition_cycle: Option<PeriodicRun>,
+    pub recent_verdicts: VecDeque<VerdictSummary>,
+    /// Agents seen, for the audit of agent changes.
+    pub last_agent: Option<String>,
+    pub created_ts: i64,
+    pub updated_ts: i64,
+}
+
+/// Verdicts kept per task for inspection.
+pub const RECENT_VERDICTS: usize = 20;
+/// Progress marks and metric observations kept per task.
+pub const HISTORY_KEPT: usize = 32;
+
+impl TaskState {
+    pub fn new(root: &str, now: i64) -> Self {
+        TaskState {
+            format: STATE_FORMAT_VERSION,
+            root: root.to_string(),
+            next_seq: 1,
+            events_total: 0,
+            loop_count: 0,
+            entropy: 0,
+            pivot_count: 0,
+            status: TaskStatus::Active,
+            kind_hits: BTreeMap::new(),
+            external_hits: 0,
+            window: VecDeque::new(),
+            current_step: None,
+            step_entries: BTreeMap::new(),
+            transitions: VecDeque::new(),
+            metrics: VecDeque::new(),
+            progress_marks: VecDeque::new(),
+            failures_since_progress: 0,
+            cycle: None,
+            transition_cycle: None,
+            recent_verdicts: VecDeque::new(),
+            last_agent: None,
+            created_ts: now,
+            updated_ts: now,
+        }
+    }
+
+    /// Seed 000's reset (success or human intervention): counter, pivots and history go; the
+    /// global budget stays.
+    pub fn reset(&mut self) {
+        self.loop_count = 0;
+        self.entropy = 0;
+        self.pivot_count = 0;
+        if self.status == TaskStatus::Paused {
+            self.status = TaskStatus::Active;
+        }
+        self.kind_hits.clear();
+        self.external_hits = 0;
+        self.window.clear();
+        self.current_step = None;
+        self.step_entries.clear();
+        self.transitions.clear();
+        self.metrics.clear();
+        self.progress_marks.clear();
+        self.failures_since_progress = 0;
+        self.cycle = None;
+        self.transition_cycle = None;
+    }
+
+    pub fn push_entry(&mut self, entry: Entry, window: usize) {
+        self.window.push_back(entry);
+        while self.window.len() > window {
+            self.window.pop_front();
+        }
+    }
+
+    pub fn entry(&self, seq: u64) -> Option<&Entry> {
+        // Seqs are increasing along the window.
+        self.window
+            .binary_search_by_key(&seq, |e| e.seq)
+            .ok()
+            .map(|i| &self.window[i])
+    }
+
+    pub fn add_progress(&mut self, seq: u64, reason: String) {
+        self.progress_marks.push_back(ProgressMark { seq, reason });
+        while self.progress_marks.len() > HISTORY_KEPT {
+            self.progress_marks.pop_front();
+        }
+        self.failures_since_progress = 0;
+    }
+
+    /// The latest progress observed after `seq`, if any.
+    pub fn progress_since(&self, seq: u64) -> Option<&ProgressMark> {
+        self.progress_marks.iter().rev().find(|m| m.seq > seq)
+    }
+
+    pub fn remember_verdict(&mut self, v: VerdictSummary) {
+        self.recent_verdicts.push_back(v);
+        while self.recent_verdicts.len() > RECENT_VERDICTS {
+            self.recent_verdicts.pop_front();
+        }
+    }
+
+    pub fn kind_hit(&mut self, kind: LoopKind) -> u32 {
+        let n = self.kind_hits.entry(kind.as_str().to_string()).or_insert(0);
+        *n += 1;
+        *n
+    }
+}

@@ -1,0 +1,201 @@
+//! Verdicts out: the brief's output contract.
+
+use crate::signature::ErrorType;
+use serde::{Deserialize, Serialize};
+
+/// What kind of loop a verdict reports. The codes are stable and documented in docs/DETECTION.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopKind {
+    None,
+    ExactRepeat,
+    SemanticRepeat,
+    Cycle,
+    SameError,
+    ResultRepeat,
+    SimilarResponse,
+    CollaborationLoop,
+    StepLimit,
+    TransitionCycle,
+    Regression,
+    Budget,
+}
+
+impl LoopKind {
+    pub const ALL: [LoopKind; 12] = [
+        LoopKind::None,
+        LoopKind::ExactRepeat,
+        LoopKind::SemanticRepeat,
+        LoopKind::Cycle,
+        LoopKind::SameError,
+        LoopKind::ResultRepeat,
+        LoopKind::SimilarResponse,
+        LoopKind::CollaborationLoop,
+        LoopKind::StepLimit,
+        LoopKind::TransitionCycle,
+        LoopKind::Regression,
+        LoopKind::Budget,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoopKind::None => "none",
+            LoopKind::ExactRepeat => "exact_repeat",
+            LoopKind::SemanticRepeat => "semantic_repeat",
+            LoopKind::Cycle => "cycle",
+            LoopKind::SameError => "same_error",
+            LoopKind::ResultRepeat => "result_repeat",
+            LoopKind::SimilarResponse => "similar_response",
+            LoopKind::CollaborationLoop => "collaboration_loop",
+            LoopKind::StepLimit => "step_limit",
+            LoopKind::TransitionCycle => "transition_cycle",
+            LoopKind::Regression => "regression",
+            LoopKind::Budget => "budget",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<LoopKind> {
+        LoopKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for LoopKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the orchestrator should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionType {
+    Continue,
+    Warn,
+    RetryWithHint,
+    Pivot,
+    Escalate,
+    /// The seeds' gate / PAUSED_FOR_INTERVENTION.
+    Pause,
+    Terminate,
+}
+
+impl ActionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionType::Continue => "continue",
+            ActionType::Warn => "warn",
+            ActionType::RetryWithHint => "retry_with_hint",
+            ActionType::Pivot => "pivot",
+            ActionType::Escalate => "escalate",
+            ActionType::Pause => "pause",
+            ActionType::Terminate => "terminate",
+        }
+    }
+}
+
+/// Who an escalation goes to (seed 004).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EscalationTarget {
+    User,
+    Planner,
+    Leader,
+}
+
+impl EscalationTarget {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EscalationTarget::User => "user",
+            EscalationTarget::Planner => "planner",
+            EscalationTarget::Leader => "leader",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Action {
+    #[serde(rename = "type")]
+    pub kind: ActionType,
+    pub target: Option<EscalationTarget>,
+    /// Text to hand the agent or the human: a warning, a hint, the pivot directive.
+    pub message: Option<String>,
+}
+
+impl Action {
+    pub fn proceed() -> Self {
+        Action {
+            kind: ActionType::Continue,
+            target: None,
+            message: None,
+        }
+    }
+}
+
+/// The earlier event an event was matched with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Matched {
+    pub seq: u64,
+    /// The earlier event's text as loopguard compared it (normalised, trimmed).
+    pub text: String,
+    pub similarity: Option<f32>,
+}
+
+/// The signature of the event as loopguard saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SignatureView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<ErrorType>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    pub normalized: String,
+    pub hash: String,
+}
+
+/// What the LLM judge said, when it was asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeReport {
+    /// "ok", "timeout", "unavailable", "invalid", "budget_exhausted", "cached"
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// True when the deterministic fallback decided instead of the judge.
+    pub fallback: bool,
+}
+
+/// Whether the task can go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    #[default]
+    Active,
+    /// The gate fired (or MAX_PIVOTS was exceeded): waiting for a human.
+    Paused,
+    /// The global budget is spent.
+    Terminated,
+}
+
+/// One event's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub task_id: String,
+    /// Position of the event in its root task, from 1.
+    pub seq: u64,
+    #[serde(rename = "loop")]
+    pub is_loop: bool,
+    pub kind: LoopKind,
+    pub loop_count: u32,
+    /// Whether this event moved the loop counter (external failures never do).
+    pub counted: bool,
+    pub similarity: Option<f32>,
+    pub matched: Option<Matched>,
+    pub signature: Option<SignatureView>,
+    pub action: Action,
+    pub reason: String,
+    pub judge: Option<JudgeReport>,
+    pub pivot_count: u32,
+    pub status: TaskStatus,
+}
