@@ -766,7 +766,7 @@ mod tests {
         let texts: Vec<&str> = vec!["a", "b", "c", &long, &long, &long];
         let c = chunks(&texts, 64, 250);
         let sizes: Vec<usize> = c.iter().map(|c| c.len()).collect();
-        assert_eq!(sizes, [4, 2]);
+        assert_eq!(sizes, [3, 2, 1]);
         let c = chunks(&texts, 2, 100_000);
         assert_eq!(c.len(), 3);
     }

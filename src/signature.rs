@@ -97,7 +97,11 @@ pub fn normalize(text: &str) -> String {
             None => replace_long_hex(&r.re, &out),
         };
     }
-    SPACES.replace_all(out.trim(), " ").to_lowercase()
+    let out = SPACES.replace_all(out.trim(), " ").to_lowercase();
+    // "No matches found." and "No matches found" say the same; short texts' cosines move a lot
+    // on punctuation alone.
+    out.trim_end_matches(['.', '!', ';', ',', ':', ' '])
+        .to_string()
 }
 
 // Only runs of 12+ characters are ids; short words like "cafe1" or "a1" stay as they are.
@@ -113,14 +117,17 @@ fn replace_long_hex(re: &Regex, text: &str) -> String {
     .into_owned()
 }
 
-static NUMBER: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\d+(?:\.\d+)?").expect("compiles"));
+// A number starts where no letter, digit or underscore precedes it: `150` in `100,150p` and
+// `30` in `30s` are numbers; the `3` of `python3` or `sha256` is part of a name.
+static NUMBER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?:^|[^A-Za-z0-9_])(\d+(?:\.\d+)?)").expect("compiles"));
 
 /// The numbers left in a normalised text, in order. Two texts whose numbers differ are not the
 /// same observation: a later page, a job further along, a different test count.
 pub fn numbers(normalized: &str) -> Vec<String> {
     NUMBER
-        .find_iter(normalized)
-        .map(|m| m.as_str().to_string())
+        .captures_iter(normalized)
+        .map(|c| c[1].to_string())
         .collect()
 }
 
@@ -562,6 +569,11 @@ mod tests {
     fn normalize_keeps_meaningful_numbers() {
         assert_ne!(normalize("3 tests failing"), normalize("5 tests failing"));
         assert_eq!(numbers(&normalize("sed -n 100,150p f.py")), ["100", "150"]);
+        assert!(numbers("python3 -m pip install sha256sum v2").is_empty());
+        assert_eq!(
+            normalize("No matches found."),
+            normalize("no matches found")
+        );
         assert_eq!(
             normalize("Syntax error at line 42"),
             normalize("Syntax error at line 43")

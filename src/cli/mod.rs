@@ -1,5 +1,6 @@
 //! Command-line interface. Each command lives in its own module; the engine is in the library.
 
+mod compare;
 mod score;
 
 use clap::{Parser, Subcommand};
@@ -44,6 +45,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Score recorded runs: JSONL in (a file or `-` for stdin), one JSON line per run out.
     Score(score::ScoreArgs),
+    /// Show how loopguard normalises and compares texts (pairwise cosine on the real model).
+    Compare(compare::CompareArgs),
     /// Print the effective configuration (defaults < --config file < LOOPGUARD_* environment).
     Config,
 }
@@ -73,6 +76,7 @@ pub fn main() -> ExitCode {
     init_logging(cli.log_format, &cli.log);
     let result = match &cli.command {
         Command::Score(args) => score::run(&cli, args),
+        Command::Compare(args) => compare::run(&cli, args),
         Command::Config => load_config(cli.config.as_deref(), &[])
             .map(|c| print!("{}", c.to_toml()))
             .map_err(|e| e.to_string()),

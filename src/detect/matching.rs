@@ -175,6 +175,21 @@ fn is_stale(cfg: &DetectConfig, e: &Entry, w: &Entry) -> bool {
     cfg.max_gap_secs > 0 && e.ts.saturating_sub(w.ts) > cfg.max_gap_secs as i64
 }
 
+/// Shortest message that counts when found inside a longer one.
+const MIN_CONTAINED_CHARS: usize = 24;
+
+/// A failure message that is the other one cut short or with context added ("TypeError: x"
+/// and "Uncaught TypeError: x at UserCard (src/a.tsx:14)"). The model scores such pairs low — a
+/// component name alone moved one to 0.57 — so containment decides them.
+fn contains_message(a: &TextSig, b: &TextSig) -> bool {
+    let (short, long) = if a.text.len() <= b.text.len() {
+        (&a.text, &b.text)
+    } else {
+        (&b.text, &a.text)
+    };
+    short.len() >= MIN_CONTAINED_CHARS && long.contains(short.as_str())
+}
+
 /// The exact fast path: the new event equals a live window entry by keys alone.
 pub fn exact_identity(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> bool {
     state.window.iter().any(|w| {
@@ -184,7 +199,8 @@ pub fn exact_identity(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> bool 
         let (Some(a), Some(b)) = (main_sig(&e.body), main_sig(&w.body)) else {
             return false;
         };
-        let main = key_level(a, b).is_some_and(Level::is_exact);
+        let main = key_level(a, b).is_some_and(Level::is_exact)
+            || (e.body.channel() == Channel::Failure && contains_message(a, b));
         let result = match (result_of(&e.body), result_of(&w.body)) {
             (Some(r1), Some(r2)) => key_level(&r1.sig, &r2.sig).is_some_and(Level::is_exact),
             _ => true,
@@ -266,6 +282,9 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
         } else {
             (Level::None, None)
         };
+        if channel == Channel::Failure && !text.is_match() && contains_message(a, b) {
+            text = Level::Normalized;
+        }
         if !semantic_on(cfg, channel) && !text.is_exact() {
             text = Level::None;
         }

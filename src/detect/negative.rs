@@ -1,5 +1,5 @@
 //! `same_error` and `result_repeat` (seed 001 level 4, seed 000's "same error with varying
-//! actions"): *different* calls that end in the same error, or in the same "nothing found".
+//! actions"): calls, varied, that end in the same error or in the same "nothing found".
 //! Results that carry information (a file's content, a list of matches) never count here: only
 //! errors and empty findings, which bring no progress however the call was varied.
 
@@ -26,11 +26,10 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     if !result.negative || result.trivial {
         return None;
     }
+    // Calls may be anything from identical to unrelated: identical ones alone are the repeat
+    // detector's (it runs first); here the varied attempts count together.
     let matches = ctx.links.iter().rev().filter(|l| {
-        !l.stale
-            && !l.text.is_match()
-            && l.result.is_some_and(|r| r.is_match())
-            && negative_result(ctx, l.seq)
+        !l.stale && l.result.is_some_and(|r| r.is_match()) && negative_result(ctx, l.seq)
     });
     let chain = ctx.repeat_chain(matches, Some(ctx.cfg.repeats.max_between));
     if chain.len() < ctx.cfg.repeats.negative_result {
@@ -49,7 +48,7 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     let mut f = Finding::new(
         kind,
         format!(
-            "{} different calls in a row ended in {what} as seq {} ({sim})",
+            "{} calls in a row, varied, ended in {what} as seq {} ({sim})",
             chain.len() + 1,
             best.seq
         ),

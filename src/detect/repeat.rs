@@ -34,8 +34,10 @@ fn ordinal(n: usize) -> String {
 
 /// Describe a match for a reason string, without quoting either text.
 pub fn how(link: &Link, threshold: f32) -> String {
-    if link.exact() {
+    if link.exact() && link.text == super::Level::Exact {
         "exact match".to_string()
+    } else if link.exact() {
+        "the same after normalisation".to_string()
     } else {
         format!(
             "reworded (cosine {} ≥ {:.2})",

@@ -1,0 +1,441 @@
+//! Reworded loops are caught and legitimate repetition is not, on the real model and the
+//! default configuration.
+
+mod common;
+
+use common::*;
+use loopguard::verdict::{ActionType, LoopKind};
+use loopguard::Config;
+use serde_json::json;
+
+fn first_loop(vs: &[loopguard::Verdict]) -> Option<usize> {
+    vs.iter().position(|v| v.is_loop)
+}
+
+#[tokio::test]
+async fn three_rewordings_of_one_failure_are_a_loop() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            failure("t", "TypeError: Cannot read properties of undefined (reading 'name') at UserCard (src/components/UserCard.tsx:14:22)"),
+            failure("t", "Uncaught TypeError: cannot read property 'name' of undefined in UserCard.tsx line 14"),
+            failure("t", "TypeError: undefined has no properties (reading 'name') — UserCard component"),
+        ],
+    )
+    .await;
+    let first = first_loop(&vs).expect("a loop by the third event");
+    assert!(first <= 2);
+    assert_eq!(vs[2].kind, LoopKind::SemanticRepeat);
+    assert!(vs[2].similarity.unwrap() >= e.config().detect.similarity.failure);
+    assert_eq!(vs[2].loop_count, 2);
+    // The verdict names what it matched and how.
+    assert!(vs[2].reason.contains("reworded"), "{}", vs[2].reason);
+    assert!(vs[2].matched.as_ref().unwrap().text.contains("usercard"));
+}
+
+#[tokio::test]
+async fn three_rewordings_of_one_collaboration_request_are_a_loop() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            collab(
+                "t",
+                "backend-dev",
+                "qa",
+                "Could you check why the payments integration test keeps timing out?",
+            ),
+            collab(
+                "t",
+                "backend-dev",
+                "qa",
+                "Can you look into the payments integration test timing out again?",
+            ),
+            collab(
+                "t",
+                "backend-dev",
+                "qa",
+                "Please investigate the timeout in the payments integration tests.",
+            ),
+        ],
+    )
+    .await;
+    assert!(first_loop(&vs).expect("a loop by the third event") <= 2);
+    assert_eq!(vs[2].kind, LoopKind::CollaborationLoop);
+    // The same request to a different agent is not the same collaboration.
+    let v = e
+        .evaluate(collab(
+            "t",
+            "backend-dev",
+            "security",
+            "Could you check why the payments integration test keeps timing out?",
+        ))
+        .await
+        .unwrap();
+    assert!(!v.is_loop);
+}
+
+#[tokio::test]
+async fn three_paraphrased_tool_calls_with_the_same_result_are_a_loop() {
+    let e = engine(Config::default());
+    let result = "No documentation pages matched your query.";
+    let vs = feed(
+        &e,
+        vec![
+            call_with(
+                "t",
+                "search_docs",
+                json!({"query": "how to configure retry backoff in the http client"}),
+                result,
+                false,
+            ),
+            call_with(
+                "t",
+                "search_docs",
+                json!({"query": "http client retry backoff configuration"}),
+                result,
+                false,
+            ),
+            call_with(
+                "t",
+                "search_docs",
+                json!({"query": "configuring backoff for retries in the HTTP client"}),
+                result,
+                false,
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
+    assert_eq!(vs[2].kind, LoopKind::SemanticRepeat);
+}
+
+#[tokio::test]
+async fn three_different_failures_that_show_progress_are_not_a_loop() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            failure("t", "ModuleNotFoundError: No module named 'yaml'"),
+            failure(
+                "t",
+                "FAILED tests/test_config.py::test_load - KeyError: 'database'",
+            ),
+            failure(
+                "t",
+                "AssertionError: expected port 5432, got 5433 in tests/test_config.py::test_port",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+    // And failures whose test counts improve are progress even when the wording is alike.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            failure("t", "=== 5 failed, 20 passed in 1.20s ==="),
+            failure("t", "=== 3 failed, 22 passed in 1.31s ==="),
+            failure("t", "=== 1 failed, 24 passed in 1.28s ==="),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
+async fn the_same_error_at_a_new_time_is_an_exact_repeat() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            failure("t", "2026-11-21T10:00:00Z ERROR worker 3: connection pool exhausted after 30s (request 4f1c2a3e-9b7d-4e6f-8a1b-2c3d4e5f6a7b) at /tmp/tmpa8f9z2k1/job.py:42"),
+            failure("t", "2026-11-21T10:05:13Z ERROR worker 7: connection pool exhausted after 31.5s (request 0b1c2d3e-4f5a-4b7c-8d9e-0f1a2b3c4d5e) at /tmp/tmpq0wz77xx/job.py:57"),
+        ],
+    )
+    .await;
+    assert_eq!(vs[1].kind, LoopKind::ExactRepeat, "{:?}", vs[1]);
+    assert_eq!(vs[1].similarity, None, "decided on keys, without the model");
+}
+
+#[tokio::test]
+async fn polling_with_a_moving_number_is_progress() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        (0..6)
+            .map(|i| {
+                call_with(
+                    "t",
+                    "job_status",
+                    json!({"job_id": "build-17"}),
+                    &format!(
+                        "Job build-17 is running: {}% complete, {} of 40 steps done",
+                        (i + 1) * 15,
+                        (i + 1) * 6
+                    ),
+                    false,
+                )
+            })
+            .collect(),
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+    // The same poll with the same answer is a loop.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        (0..3)
+            .map(|_| {
+                call_with(
+                    "t",
+                    "job_status",
+                    json!({"job_id": "build-17"}),
+                    "Job build-17 is queued",
+                    false,
+                )
+            })
+            .collect(),
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(2));
+    assert_eq!(vs[2].kind, LoopKind::ExactRepeat);
+}
+
+#[tokio::test]
+async fn paging_through_a_file_is_progress() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        (0..6)
+            .map(|i| {
+                let (a, b) = (100 + i * 50, 150 + i * 50);
+                call_with(
+                    "t",
+                    "bash",
+                    json!({"command": format!("sed -n '{a},{b}p' src/parser.py")}),
+                    &format!(
+                        "{a}: def parse_{i}(tokens):\n{}:     return Node(tokens[{i}])",
+                        a + 1
+                    ),
+                    false,
+                )
+            })
+            .collect(),
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
+async fn a_test_run_after_each_distinct_fix_is_progress() {
+    let e = engine(Config::default());
+    let test = || {
+        call_with(
+            "t",
+            "bash",
+            json!({"command": "python -m pytest tests/test_parser.py -x"}),
+            "FAILED tests/test_parser.py::test_nested - AssertionError: assert 3 == 4",
+            true,
+        )
+    };
+    let fix = |old: &str, new: &str| {
+        call_with(
+            "t",
+            "str_replace_editor",
+            json!({"command": "str_replace", "path": "src/parser.py", "old_str": old, "new_str": new}),
+            "The file src/parser.py has been edited.",
+            false,
+        )
+    };
+    let vs = feed(
+        &e,
+        vec![
+            test(),
+            fix("depth = 0", "depth = 1"),
+            test(),
+            fix("if token == '(':", "if token in '([':"),
+            test(),
+            fix("return depth", "return depth + nested"),
+            test(),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+    // Re-running it with nothing changed in between is a loop.
+    let e = engine(Config::default());
+    let vs = feed(&e, vec![test(), test(), test()]).await;
+    assert_eq!(first_loop(&vs), Some(2));
+}
+
+#[tokio::test]
+async fn a_reworded_a_b_a_b_oscillation_is_a_cycle() {
+    let e = engine(Config::default());
+    let a1 = call_with(
+        "t",
+        "read_file",
+        json!({"path": "config/settings.yaml"}),
+        "database:\n  host: localhost\n  port: 5432",
+        false,
+    );
+    let b1 = call_with(
+        "t",
+        "run_command",
+        json!({"command": "python manage.py migrate"}),
+        "django.db.utils.OperationalError: could not connect to server: Connection refused",
+        true,
+    );
+    let a2 = call_with(
+        "t",
+        "read_file",
+        json!({"path": "./config/settings.yaml"}),
+        "database:\n  host: localhost\n  port: 5432",
+        false,
+    );
+    let b2 = call_with(
+        "t",
+        "run_command",
+        json!({"command": "python3 manage.py migrate"}),
+        "django.db.utils.OperationalError: could not connect to server: Connection refused",
+        true,
+    );
+    let vs = feed(&e, vec![a1, b1, a2, b2]).await;
+    assert_eq!(first_loop(&vs), Some(3), "{vs:#?}");
+    assert_eq!(vs[3].kind, LoopKind::Cycle);
+}
+
+#[tokio::test]
+async fn different_searches_that_all_find_nothing_are_a_loop() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            call_with(
+                "t",
+                "grep",
+                json!({"pattern": "parse_header", "path": "src/"}),
+                "No matches found",
+                false,
+            ),
+            call_with(
+                "t",
+                "find_symbol",
+                json!({"name": "HeaderParser"}),
+                "No matches found",
+                false,
+            ),
+            call_with(
+                "t",
+                "search_code",
+                json!({"q": "def header"}),
+                "no matches found.",
+                false,
+            ),
+        ],
+    )
+    .await;
+    let snap = e.snapshot("t").await.unwrap().unwrap();
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?} {:#?}", snap.window);
+    assert_eq!(vs[2].kind, LoopKind::ResultRepeat);
+    // ...and different commands failing the same way are `same_error`.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            call_with(
+                "t",
+                "bash",
+                json!({"command": "pip install torch==2.9.1"}),
+                "ERROR: No matching distribution found for torch==2.9.1",
+                true,
+            ),
+            call_with(
+                "t",
+                "bash",
+                json!({"command": "pip3 install 'torch==2.9.1'"}),
+                "ERROR: No matching distribution found for torch==2.9.1",
+                true,
+            ),
+            call_with(
+                "t",
+                "bash",
+                json!({"command": "python -m pip install torch==2.9.1 --no-cache-dir"}),
+                "ERROR: No matching distribution found for torch==2.9.1",
+                true,
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
+    assert_eq!(vs[2].kind, LoopKind::SameError);
+}
+
+#[tokio::test]
+async fn reworded_edits_with_empty_results_are_different_actions() {
+    // Three different sed edits that read alike and all answer "": not the same action.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        ["abstract", "base", "inherited"]
+            .iter()
+            .map(|f| {
+                call_with(
+                    "t",
+                    "bash",
+                    json!({"command": format!("sed -i \"s/friends_{f} = models.ManyToManyField('self')/friends_{f} = models.ManyToManyField('self', symmetrical=False)/\" models.py")}),
+                    "",
+                    false,
+                )
+            })
+            .collect(),
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
+async fn external_failures_are_reported_but_never_counted() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        (0..4)
+            .map(|_| {
+                failure(
+                    "t",
+                    "connect ECONNREFUSED 10.0.3.7:5432 - could not reach the payments API",
+                )
+            })
+            .collect(),
+    )
+    .await;
+    assert!(vs[1..].iter().all(|v| v.is_loop && !v.counted), "{vs:#?}");
+    assert!(vs.iter().all(|v| v.loop_count == 0));
+    assert_eq!(vs[1].action.kind, ActionType::RetryWithHint);
+    assert_eq!(vs[3].action.kind, ActionType::Escalate);
+}
+
+#[tokio::test]
+async fn unrelated_events_do_not_match() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            failure(
+                "t",
+                "TypeError: Cannot read properties of undefined (reading 'name')",
+            ),
+            failure("t", "ReferenceError: process is not defined"),
+            failure(
+                "t",
+                "SyntaxError: Unexpected token '}' in JSON at position 42",
+            ),
+            failure(
+                "t",
+                "Error: ENOENT: no such file or directory, open 'config.json'",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
