@@ -23,6 +23,30 @@ pub struct Config {
     pub detect: DetectConfig,
     pub policy: PolicyConfig,
     pub judge: JudgeConfig,
+    pub server: ServerConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub addr: String,
+    pub data_dir: PathBuf,
+    pub task_ttl_secs: u64,
+    pub expiry_sweep_secs: u64,
+    pub max_cached_tasks: usize,
+    pub max_body_bytes: usize,
+    pub max_batch_events: usize,
+    pub max_text_bytes: usize,
+    pub max_json_depth: usize,
+    pub request_timeout_ms: u64,
+    pub shutdown_grace_secs: u64,
+    #[serde(deserialize_with = "empty_string_as_none")]
+    pub auth_token: Option<String>,
+}
+
+fn empty_string_as_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = Option::<String>::deserialize(d)?;
+    Ok(s.filter(|s| !s.is_empty()))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -328,7 +352,12 @@ impl PolicyConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JudgeKind {
+    /// No judge: ambiguous cases get the fallback.
     None,
+    /// An OpenAI-compatible chat-completions server (OpenAI, vLLM, llama.cpp, Ollama).
+    Openai,
+    /// A URL of the user's that receives the evidence as JSON and answers a verdict.
+    Webhook,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -344,6 +373,19 @@ pub struct JudgeConfig {
     pub kind: JudgeKind,
     pub fallback: Fallback,
     pub ask_after_failures: u32,
+    pub url: String,
+    pub model: String,
+    pub api_key_env: String,
+    pub timeout_ms: u64,
+    pub retries: u32,
+    pub backoff_ms: u64,
+    pub max_calls_per_task: u32,
+    pub cache_entries: usize,
+    pub breaker_failures: u32,
+    pub breaker_cooldown_secs: u64,
+    pub max_evidence_events: usize,
+    pub max_evidence_chars: usize,
+    pub temperature: f32,
 }
 
 /// A configuration problem, with where it came from and the key at fault.
@@ -588,15 +630,62 @@ impl Config {
                 "threads, max_batch and cache_entries must be at least 1".into(),
             );
         }
+        let j = &self.judge;
+        if j.kind != JudgeKind::None && j.url.trim().is_empty() {
+            return bad("judge.url", "a judge needs a URL".into());
+        }
+        if j.kind == JudgeKind::Openai && j.model.trim().is_empty() {
+            return bad("judge.model", "the openai judge needs a model name".into());
+        }
+        if j.kind != JudgeKind::None
+            && !(j.url.starts_with("http://") || j.url.starts_with("https://"))
+        {
+            return bad(
+                "judge.url",
+                format!("must start with http:// or https://, got `{}`", j.url),
+            );
+        }
+        if j.timeout_ms == 0 || j.timeout_ms >= self.server.request_timeout_ms {
+            return bad(
+                "judge.timeout_ms",
+                format!(
+                    "must be above 0 and below server.request_timeout_ms ({}) so a slow judge never times out the request",
+                    self.server.request_timeout_ms
+                ),
+            );
+        }
+        let s = &self.server;
+        if s.addr.parse::<std::net::SocketAddr>().is_err() {
+            return bad(
+                "server.addr",
+                format!("must be IP:PORT (e.g. 127.0.0.1:8080), got `{}`", s.addr),
+            );
+        }
+        if s.max_body_bytes < 1024 || s.max_batch_events == 0 || s.max_json_depth < 2 {
+            return bad(
+                "server",
+                "max_body_bytes >= 1024, max_batch_events >= 1 and max_json_depth >= 2".into(),
+            );
+        }
         if self.model.max_text_chars < 16 {
             return bad("model.max_text_chars", "must be at least 16".into());
         }
         Ok(())
     }
 
-    /// The effective configuration as TOML (for the start-up log and `loopguard config`).
+    /// The effective configuration as TOML (for `loopguard config`; see [`Config::redacted`]
+    /// for logs).
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("a config serialises")
+    }
+
+    /// The configuration with secrets replaced, for logs.
+    pub fn redacted(&self) -> Config {
+        let mut c = self.clone();
+        if c.server.auth_token.is_some() {
+            c.server.auth_token = Some("<redacted>".into());
+        }
+        c
     }
 }
 

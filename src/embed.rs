@@ -60,10 +60,11 @@ pub struct EmbedStats {
     pub cache_misses: AtomicU64,
     pub texts_embedded: AtomicU64,
     pub batches: AtomicU64,
-    /// Batches by size: 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65+.
-    pub batch_size_buckets: [AtomicU64; 8],
     pub model_nanos: AtomicU64,
 }
+
+/// Called after every model call with its batch size and duration (for histograms).
+pub type BatchObserver = Arc<dyn Fn(usize, Duration) + Send + Sync>;
 
 impl EmbedStats {
     fn record_batch(&self, size: usize, took: Duration) {
@@ -72,17 +73,6 @@ impl EmbedStats {
             .fetch_add(size as u64, Ordering::Relaxed);
         self.model_nanos
             .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
-        let bucket = match size {
-            0..=1 => 0,
-            2 => 1,
-            3..=4 => 2,
-            5..=8 => 3,
-            9..=16 => 4,
-            17..=32 => 5,
-            33..=64 => 6,
-            _ => 7,
-        };
-        self.batch_size_buckets[bucket].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -111,7 +101,7 @@ pub struct Embedder {
 }
 
 /// How the model thread batches and caches.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EmbedderOptions {
     /// Most texts in one model call.
     pub max_batch: usize,
@@ -122,6 +112,8 @@ pub struct EmbedderOptions {
     pub queue_capacity: usize,
     /// Embeddings kept in the LRU cache.
     pub cache_entries: usize,
+    /// Told about every model call.
+    pub on_batch: Option<BatchObserver>,
 }
 
 impl Default for EmbedderOptions {
@@ -131,6 +123,7 @@ impl Default for EmbedderOptions {
             max_batch_tokens: 8192,
             queue_capacity: 1024,
             cache_entries: 20_000,
+            on_batch: None,
         }
     }
 }
@@ -142,6 +135,7 @@ impl From<&ModelConfig> for EmbedderOptions {
             max_batch_tokens: c.max_batch_tokens.max(1),
             queue_capacity: c.queue_capacity.max(1),
             cache_entries: c.cache_entries.max(1),
+            on_batch: None,
         }
     }
 }
@@ -166,19 +160,27 @@ impl Embedder {
         });
         let thread_inner = Arc::clone(&inner);
         let limits = (opts.max_batch, opts.max_batch_tokens);
+        let observer = opts.on_batch.clone();
         std::thread::Builder::new()
             .name("loopguard-model".into())
-            .spawn(move || model_thread(load, thread_inner, rx, limits))
+            .spawn(move || model_thread(load, thread_inner, rx, limits, observer))
             .expect("spawning the model thread");
         Embedder { inner }
     }
 
     /// Start the real model described by `cfg` (see [`FastEmbedBackend::load`]).
     pub fn start_model(cfg: &ModelConfig) -> Embedder {
+        Embedder::start_model_with(cfg, None)
+    }
+
+    /// Start the real model, telling `on_batch` about every model call.
+    pub fn start_model_with(cfg: &ModelConfig, on_batch: Option<BatchObserver>) -> Embedder {
         let cfg2 = cfg.clone();
+        let mut opts = EmbedderOptions::from(cfg);
+        opts.on_batch = on_batch;
         Embedder::start(
             move || FastEmbedBackend::load(&cfg2).map(|b| Box::new(b) as Box<dyn EmbedBackend>),
-            EmbedderOptions::from(cfg),
+            opts,
         )
     }
 
@@ -341,6 +343,7 @@ fn model_thread<F>(
     inner: Arc<Inner>,
     mut rx: mpsc::Receiver<Job>,
     (max_batch, max_batch_tokens): (usize, usize),
+    observer: Option<BatchObserver>,
 ) where
     F: FnOnce() -> Result<Box<dyn EmbedBackend>, EmbedError>,
 {
@@ -397,7 +400,13 @@ fn model_thread<F>(
         if jobs.is_empty() {
             continue;
         }
-        let result = run_jobs(&mut *backend, &inner, &jobs, max_batch, max_batch_tokens);
+        let result = run_jobs(
+            &mut *backend,
+            &inner,
+            &jobs,
+            (max_batch, max_batch_tokens),
+            observer.as_ref(),
+        );
         for job in jobs {
             let answer = match &result {
                 Ok(fresh) => {
@@ -424,8 +433,8 @@ fn run_jobs(
     backend: &mut dyn EmbedBackend,
     inner: &Inner,
     jobs: &[Job],
-    max_batch: usize,
-    max_batch_tokens: usize,
+    (max_batch, max_batch_tokens): (usize, usize),
+    observer: Option<&BatchObserver>,
 ) -> Result<std::collections::HashMap<String, Vector>, EmbedError> {
     // Texts still missing from the cache, each once; sorted by length so each model call pads
     // to similar lengths.
@@ -448,7 +457,11 @@ fn run_jobs(
     for chunk in chunks(&todo, max_batch, max_batch_tokens) {
         let started = Instant::now();
         let vectors = backend.embed_batch(chunk)?;
-        inner.stats.record_batch(chunk.len(), started.elapsed());
+        let took = started.elapsed();
+        inner.stats.record_batch(chunk.len(), took);
+        if let Some(observe) = observer {
+            observe(chunk.len(), took);
+        }
         if vectors.len() != chunk.len() {
             return Err(EmbedError::Model(format!(
                 "model returned {} vectors for {} texts",

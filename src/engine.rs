@@ -111,6 +111,11 @@ impl Engine {
         self
     }
 
+    /// The judge's counters, when a judge is configured.
+    pub fn judge_stats(&self) -> Option<crate::judge::JudgeSnapshot> {
+        self.judge.as_ref().and_then(|j| j.stats())
+    }
+
     pub fn config(&self) -> &Config {
         &self.cfg
     }
@@ -158,9 +163,15 @@ impl Engine {
         Arc::clone(slots.entry(root.to_string()).or_default())
     }
 
-    /// Drop the in-memory copy of a task (after expiry or deletion).
-    pub fn forget(&self, root: &str) {
-        self.slots.lock().expect("slots lock").remove(root);
+    /// Drop the in-memory copy of a deleted task. The slot stays when other requests wait on it:
+    /// it holds no state and they reload from the store, so a task never has two slots.
+    fn forget(&self, root: &str, slot: &Slot) {
+        let mut slots = self.slots.lock().expect("slots lock");
+        // Ours and the map's: nobody else can be waiting.
+        if Arc::strong_count(slot) <= 2 {
+            slots.remove(root);
+        }
+        drop(slots);
         self.roots
             .lock()
             .expect("roots lock")
@@ -193,12 +204,15 @@ impl Engine {
         let started = Instant::now();
         let link_ref = link.as_ref().map(|(t, r)| (t.as_str(), r.as_str()));
         self.store.commit(&next, &eval.audit, link_ref)?;
-        eval.timings.store_secs = started.elapsed().as_secs_f64();
         if let Some((task, root)) = link {
             self.roots.lock().expect("roots lock").insert(task, root);
         }
         *guard = Some(next);
         drop(guard);
+        // The verdict is an acknowledgement: answer only once the commit survives a crash.
+        // Concurrent flushes share one fsync.
+        self.store.flush().await?;
+        eval.timings.store_secs = started.elapsed().as_secs_f64();
         log_audit(&eval.audit);
         Ok(eval)
     }
@@ -217,6 +231,9 @@ impl Engine {
         state.updated_ts = ts;
         let mut audit: Vec<AuditEvent> = Vec::new();
 
+        if state.goal.is_none() {
+            state.goal = env.goal.clone();
+        }
         if let Some(agent) = &env.agent_id {
             if state.last_agent.as_ref().is_some_and(|a| a != agent) {
                 // Seed 000: changing agents does not reset the counter; it is only recorded.
@@ -373,8 +390,9 @@ impl Engine {
         let mut asked = false;
         if let Some((question, candidate)) = ambiguity {
             let started = Instant::now();
-            asked = self.judge.is_some();
             let (f, report) = self.consult(state, &entry, &ctx, question, candidate).await;
+            asked =
+                !report.fallback || !matches!(report.status.as_str(), "none" | "budget_exhausted");
             timings.judge_secs = started.elapsed().as_secs_f64();
             judge_report = Some(report);
             match f {
@@ -383,6 +401,9 @@ impl Engine {
             }
         }
         drop(ctx);
+        if asked {
+            state.judge_calls += 1;
+        }
 
         // Periodic loops are counted once per period; any other event ends the run.
         if entry.is_work() {
@@ -573,13 +594,22 @@ impl Engine {
         let Some(judge) = &self.judge else {
             return fallback("none", "no judge configured".into());
         };
+        if state.judge_calls >= self.cfg.judge.max_calls_per_task {
+            return fallback(
+                "budget_exhausted",
+                format!(
+                    "{} judge calls already made for this task (judge.max_calls_per_task)",
+                    state.judge_calls
+                ),
+            );
+        }
         let evidence = evidence(
             state,
             entry,
             ctx,
             &question,
             candidate.as_ref(),
-            self.cfg.model.max_text_chars,
+            &self.cfg.judge,
         );
         let answer = judge.evaluate(&evidence).await;
         let Some(verdict) = answer
@@ -647,6 +677,8 @@ impl Engine {
         self.store
             .commit(&next, std::slice::from_ref(&record), None)?;
         *guard = Some(next.clone());
+        drop(guard);
+        self.store.flush().await?;
         log_audit(std::slice::from_ref(&record));
         Ok(next)
     }
@@ -676,9 +708,72 @@ impl Engine {
         let mut guard = slot.lock().await;
         let had = self.store.delete(&root)? | guard.is_some();
         *guard = None;
+        self.forget(&root, &slot);
         drop(guard);
-        self.forget(&root);
+        self.store.flush().await?;
         Ok(had)
+    }
+
+    /// Delete root tasks idle for longer than `ttl_secs` (seed 000: garbage-collect task states
+    /// inactive for over 24 hours). Returns the roots deleted.
+    pub async fn expire_idle(&self, ttl_secs: u64, now: i64) -> Result<Vec<String>, EngineError> {
+        let before = now.saturating_sub(ttl_secs as i64);
+        let mut expired = Vec::new();
+        for root in self.store.idle_roots(before)? {
+            let slot = self.slot(&root);
+            let mut guard = slot.lock().await;
+            // An event may have arrived since the scan: check again under the task's lock.
+            let fresh = match guard.as_ref() {
+                Some(s) => s.updated_ts >= before,
+                None => self
+                    .store
+                    .load(&root)?
+                    .is_some_and(|s| s.updated_ts >= before),
+            };
+            if fresh {
+                continue;
+            }
+            self.store.delete(&root)?;
+            *guard = None;
+            self.forget(&root, &slot);
+            drop(guard);
+            tracing::info!(event = "task_expired", task_id = %root, ttl_secs);
+            expired.push(root);
+        }
+        if !expired.is_empty() {
+            self.store.flush().await?;
+        }
+        Ok(expired)
+    }
+
+    /// Keep at most `max` task states in memory; the rest are reloaded from the store when their
+    /// next event comes. Tasks in use are never dropped.
+    pub fn trim_cache(&self, max: usize) {
+        let mut slots = self.slots.lock().expect("slots lock");
+        if slots.len() <= max {
+            return;
+        }
+        let excess = slots.len() - max;
+        let idle: Vec<String> = slots
+            .iter()
+            .filter(|(_, s)| Arc::strong_count(s) == 1 && s.try_lock().is_ok())
+            .map(|(k, _)| k.clone())
+            .take(excess)
+            .collect();
+        for k in idle {
+            slots.remove(&k);
+        }
+        drop(slots);
+        let mut roots = self.roots.lock().expect("roots lock");
+        if roots.len() > max {
+            // Only a cache of the store's links.
+            roots.clear();
+        }
+    }
+
+    /// Task states held in memory.
+    pub fn cached_tasks(&self) -> usize {
+        self.slots.lock().expect("slots lock").len()
     }
 }
 
@@ -787,9 +882,9 @@ fn evidence(
     ctx: &Ctx<'_>,
     question: &str,
     candidate: Option<&Link>,
-    max_chars: usize,
+    cfg: &crate::config::JudgeConfig,
 ) -> Evidence {
-    let trim = |s: String| head_tail(&s, max_chars.min(400));
+    let trim = |s: String| head_tail(&s, cfg.max_evidence_chars.max(16));
     let as_evidence = |e: &crate::state::Entry| EvidenceEvent {
         seq: e.seq,
         kind: match &e.body {
@@ -806,13 +901,13 @@ fn evidence(
     };
     Evidence {
         task_id: state.root.clone(),
-        goal: None,
+        goal: state.goal.as_ref().map(|g| trim(g.clone())),
         question: question.to_string(),
         recent: state
             .window
             .iter()
             .rev()
-            .take(10)
+            .take(cfg.max_evidence_events)
             .rev()
             .map(as_evidence)
             .collect(),

@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 pub const MAX_TASK_ID_CHARS: usize = 256;
 
 /// One agent event with the routing information around it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Envelope {
     /// The unit of state; 1..256 characters.
     pub task_id: String,
@@ -23,12 +23,17 @@ pub struct Envelope {
     /// Workflow step name, for per-step iteration limits (seed 004).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
+    /// The task's goal, when the orchestrator knows it: shown to the LLM judge. Kept from the
+    /// first event that carries one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
     /// Event time; the engine uses its own clock when absent.
     #[serde(
         default,
         with = "time::serde::rfc3339::option",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, format = DateTime, example = "2026-11-21T10:00:00Z")]
     pub ts: Option<OffsetDateTime>,
     pub event: Event,
 }
@@ -41,6 +46,7 @@ impl Envelope {
             parent_task_id: None,
             agent_id: None,
             step: None,
+            goal: None,
             ts: None,
             event,
         }
@@ -48,7 +54,7 @@ impl Envelope {
 }
 
 /// The event types of the brief's input contract.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     Failure(Failure),
@@ -76,7 +82,7 @@ impl Event {
 }
 
 /// An error the agent hit (seed 000's failure signature is extracted from it).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Failure {
     pub message: String,
     /// Caller's classification; wins over the engine's own classification when known.
@@ -90,20 +96,23 @@ pub struct Failure {
 }
 
 /// A tool invocation, optionally with what it returned (seeds 001, 002).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ToolCall {
     pub tool: String,
+    /// Any JSON; compared in canonical form (sorted keys).
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub args: serde_json::Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<ToolResult>,
 }
 
 /// What a tool returned.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ToolResult {
     /// A string, or any JSON (compared in canonical form).
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub output: serde_json::Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,
@@ -119,13 +128,13 @@ impl ToolResult {
 }
 
 /// The text of one LLM turn (seeds 003, 004).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Response {
     pub text: String,
 }
 
 /// One agent asking another for help (seed 000's collaboration loop).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Collaboration {
     pub from_agent: String,
     pub to_agent: String,
@@ -133,7 +142,7 @@ pub struct Collaboration {
 }
 
 /// A workflow state transition (seed 004).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Transition {
     pub from: String,
     pub to: String,
@@ -142,7 +151,7 @@ pub struct Transition {
 }
 
 /// Objective progress metrics (seed 000's progress definition).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Progress {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tests_passed: Option<u64>,
@@ -171,7 +180,7 @@ impl Progress {
 }
 
 /// How a task (or an attempt at it) ended.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Outcome {
     pub result: OutcomeKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -179,7 +188,7 @@ pub struct Outcome {
 }
 
 /// Seed 000: the counter resets on `success` and `human_intervention`, never on `agent_changed`.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OutcomeKind {
     Success,

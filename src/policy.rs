@@ -60,6 +60,7 @@ pub enum AuditEvent {
         loop_count: u32,
         reason: String,
     },
+    #[serde(rename = "loop_counter_reset")]
     CounterReset {
         previous_count: u32,
         reason: String,

@@ -224,7 +224,19 @@ pub fn head_tail(text: &str, max_chars: usize) -> String {
 }
 
 /// Error categories of seed 000, plus the external ones that do not count against the agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorType {
     Syntax,

@@ -237,6 +237,12 @@ pub struct TaskState {
     pub recent_verdicts: VecDeque<VerdictSummary>,
     /// Agents seen, for the audit of agent changes.
     pub last_agent: Option<String>,
+    /// The task's goal, from the first event that gave one (for the judge).
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// Judge consultations so far (bounded by `judge.max_calls_per_task`).
+    #[serde(default)]
+    pub judge_calls: u32,
     pub created_ts: i64,
     pub updated_ts: i64,
 }
@@ -270,6 +276,8 @@ impl TaskState {
             transition_cycle: None,
             recent_verdicts: VecDeque::new(),
             last_agent: None,
+            goal: None,
+            judge_calls: 0,
             created_ts: now,
             updated_ts: now,
         }

@@ -4,7 +4,19 @@ use crate::signature::ErrorType;
 use serde::{Deserialize, Serialize};
 
 /// What kind of loop a verdict reports. The codes are stable and documented in docs/DETECTION.md.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum LoopKind {
     None,
@@ -66,7 +78,7 @@ impl std::fmt::Display for LoopKind {
 }
 
 /// What the orchestrator should do next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionType {
     Continue,
@@ -94,7 +106,7 @@ impl ActionType {
 }
 
 /// Who an escalation goes to (seed 004).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EscalationTarget {
     User,
@@ -112,7 +124,7 @@ impl EscalationTarget {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Action {
     #[serde(rename = "type")]
     pub kind: ActionType,
@@ -132,7 +144,7 @@ impl Action {
 }
 
 /// The earlier event an event was matched with.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Matched {
     pub seq: u64,
     /// The earlier event's text as loopguard compared it (normalised, trimmed).
@@ -141,7 +153,7 @@ pub struct Matched {
 }
 
 /// The signature of the event as loopguard saw it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SignatureView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_type: Option<ErrorType>,
@@ -152,7 +164,7 @@ pub struct SignatureView {
 }
 
 /// What the LLM judge said, when it was asked.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JudgeReport {
     /// "ok", "timeout", "unavailable", "invalid", "budget_exhausted", "cached"
     pub status: String,
@@ -167,7 +179,7 @@ pub struct JudgeReport {
 }
 
 /// Whether the task can go on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
     #[default]
@@ -179,7 +191,7 @@ pub enum TaskStatus {
 }
 
 /// One event's verdict.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Verdict {
     pub task_id: String,
     /// Position of the event in its root task, from 1.

@@ -2,6 +2,7 @@
 
 mod compare;
 mod score;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use loopguard::config::{Config, ConfigError};
@@ -30,9 +31,10 @@ pub struct Cli {
     )]
     pub log_format: LogFormat,
 
-    /// Log filter (tracing-subscriber syntax), e.g. `info` or `loopguard=debug`.
-    #[arg(long, global = true, default_value = "warn", env = "LOOPGUARD_LOG")]
-    pub log: String,
+    /// Log filter (tracing-subscriber syntax), e.g. `info` or `loopguard=debug`. Default:
+    /// `info` for `serve`, `warn` for the other commands.
+    #[arg(long, global = true, env = "LOOPGUARD_LOG")]
+    pub log: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,10 +45,15 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run the HTTP service (POST /v1/evaluate, task endpoints, /livez, /readyz, /metrics,
+    /// /openapi.json) with durable state.
+    Serve(serve::ServeArgs),
     /// Score recorded runs: JSONL in (a file or `-` for stdin), one JSON line per run out.
     Score(score::ScoreArgs),
     /// Show how loopguard normalises and compares texts (pairwise cosine on the real model).
     Compare(compare::CompareArgs),
+    /// Print the service's OpenAPI document (the committed copy is docs/openapi.json).
+    Openapi,
     /// Print the effective configuration (defaults < --config file < LOOPGUARD_* environment).
     Config,
 }
@@ -73,10 +80,19 @@ pub fn load_config(
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, &cli.log);
+    let default_log = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
+    init_logging(cli.log_format, cli.log.as_deref().unwrap_or(default_log));
     let result = match &cli.command {
+        Command::Serve(args) => serve::run(&cli, args),
         Command::Score(args) => score::run(&cli, args),
         Command::Compare(args) => compare::run(&cli, args),
+        Command::Openapi => {
+            print!("{}", crate::server::openapi::document_json());
+            Ok(())
+        }
         Command::Config => load_config(cli.config.as_deref(), &[])
             .map(|c| print!("{}", c.to_toml()))
             .map_err(|e| e.to_string()),

@@ -80,3 +80,85 @@ pub async fn feed(engine: &Engine, events: Vec<Envelope>) -> Vec<Verdict> {
 pub fn loops(verdicts: &[Verdict]) -> Vec<bool> {
     verdicts.iter().map(|v| v.is_loop).collect()
 }
+
+/// An HTTP client for tests (rustls needs its crypto provider chosen first).
+pub fn http_client() -> reqwest::Client {
+    loopguard::judge::http::install_tls_provider();
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .expect("an HTTP client")
+}
+
+/// A `loopguard serve` process on a free port, killed when dropped.
+pub struct Server {
+    pub child: std::process::Child,
+    pub base: String,
+}
+
+impl Server {
+    /// Start the binary with `args` after `serve --addr 127.0.0.1:0`, wait until it listens.
+    pub fn start(data_dir: &std::path::Path, args: &[&str]) -> Server {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .args(args)
+            .env("LOOPGUARD_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start loopguard serve");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let base = line
+            .trim()
+            .strip_prefix("loopguard listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        Server { child, base }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Wait until /readyz says the model is warm.
+    pub async fn ready(&self, client: &reqwest::Client) {
+        for _ in 0..600 {
+            if let Ok(r) = client.get(self.url("/readyz")).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the server did not become ready");
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill -TERM");
+        self.child.wait().expect("wait for exit")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,10 +1,21 @@
 //! Where task state lives between events. The engine keeps hot states in memory and writes each
-//! event's new state, together with its audit records, through a [`Store`] in one commit.
+//! event's new state, together with its audit records, through a [`Store`] in one commit; a
+//! verdict is answered only after [`Store::flush`] made that commit durable.
+//!
+//! - [`MemoryStore`]: everything in memory (`score`, tests, library users without durability).
+//! - [`sled::SledStore`]: durable, on disk, for the service.
+
+pub mod sled;
 
 use crate::policy::AuditRecord;
 use crate::state::TaskState;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
+
+/// A boxed future, so stores can be trait objects.
+pub type StoreFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -33,6 +44,12 @@ pub trait Store: Send + Sync {
     fn history(&self, root: &str, limit: usize) -> Result<Vec<AuditRecord>, StoreError>;
     /// Forget a root task: state, audit trail, links. True if there was anything.
     fn delete(&self, root: &str) -> Result<bool, StoreError>;
+    /// Root tasks last updated before `before_ts` (unix seconds): candidates for expiry.
+    fn idle_roots(&self, before_ts: i64) -> Result<Vec<String>, StoreError>;
+    /// How many root tasks are stored.
+    fn task_count(&self) -> Result<usize, StoreError>;
+    /// Wait until every commit made so far survives a crash.
+    fn flush(&self) -> StoreFuture<'_>;
 }
 
 /// Keeps everything in memory: for `score`, tests and library users who do not need durability.
@@ -107,5 +124,23 @@ impl Store for MemoryStore {
         let had = inner.states.remove(root).is_some() | inner.audit.remove(root).is_some();
         inner.links.retain(|_, r| r != root);
         Ok(had)
+    }
+
+    fn idle_roots(&self, before_ts: i64) -> Result<Vec<String>, StoreError> {
+        let inner = self.inner.lock().expect("store lock");
+        Ok(inner
+            .states
+            .values()
+            .filter(|s| s.updated_ts < before_ts)
+            .map(|s| s.root.clone())
+            .collect())
+    }
+
+    fn task_count(&self) -> Result<usize, StoreError> {
+        Ok(self.inner.lock().expect("store lock").states.len())
+    }
+
+    fn flush(&self) -> StoreFuture<'_> {
+        Box::pin(async { Ok(()) })
     }
 }

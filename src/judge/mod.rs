@@ -3,9 +3,15 @@
 //! "evaluates goal proximity"; here that is a trait, so the engine works — deterministically —
 //! with no judge at all.
 
+pub mod guard;
+pub mod http;
+pub mod prompt;
+
+use crate::config::{JudgeConfig, JudgeKind};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// The judge's classification of the current event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,6 +120,42 @@ pub type JudgeFuture<'a> = Pin<Box<dyn Future<Output = JudgeAnswer> + Send + 'a>
 /// An LLM (or anything else) that classifies ambiguous cases.
 pub trait Judge: Send + Sync {
     fn evaluate<'a>(&'a self, evidence: &'a Evidence) -> JudgeFuture<'a>;
+
+    /// Counters for metrics, when the judge keeps any.
+    fn stats(&self) -> Option<JudgeSnapshot> {
+        None
+    }
+}
+
+/// A judge's counters at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JudgeSnapshot {
+    pub backend: &'static str,
+    pub consultations: u64,
+    pub attempts: u64,
+    pub ok: u64,
+    pub timeouts: u64,
+    pub unavailable: u64,
+    pub invalid: u64,
+    pub cache_hits: u64,
+    pub short_circuited: u64,
+    pub breaker_opened: u64,
+    pub breaker: guard::BreakerState,
+}
+
+/// The judge the configuration asks for: `None` for `kind = "none"`.
+pub fn from_config(cfg: &JudgeConfig) -> Result<Option<Arc<dyn Judge>>, String> {
+    Ok(match cfg.kind {
+        JudgeKind::None => None,
+        JudgeKind::Openai => Some(Arc::new(guard::GuardedJudge::new(
+            http::OpenAiBackend::new(cfg)?,
+            cfg,
+        ))),
+        JudgeKind::Webhook => Some(Arc::new(guard::GuardedJudge::new(
+            http::WebhookBackend::new(cfg)?,
+            cfg,
+        ))),
+    })
 }
 
 /// A judge that always gives the same answer: for tests and for reproducing seed 000's mock

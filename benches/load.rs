@@ -1,0 +1,219 @@
+//! End-to-end load benchmark of `loopguard serve`: requests/s and p50/p99 latency for the exact
+//! path and the semantic path at several concurrency levels, with continuous batching and with
+//! batching off (`model.max_batch = 1`), against the real binary, model and sled store.
+//!
+//! Run: `cargo bench --bench load` (after `python3 models/fetch.py`). Prints a Markdown table.
+//! `LOAD_SECONDS` sets how long each cell runs (default 5).
+
+use serde_json::json;
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn client() -> reqwest::Client {
+    loopguard::judge::http::install_tls_provider();
+    reqwest::Client::new()
+}
+
+struct Server {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            // Gate and pivots off: tasks stay active however many loops the load makes.
+            .args(["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"])
+            .args(extra)
+            .env("LOOPGUARD_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start loopguard serve");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base = line
+            .trim()
+            .trim_start_matches("loopguard listening on ")
+            .to_string();
+        Server {
+            child,
+            base,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A distinct lowercase word for every n (texts without digits: a differing number would be
+/// decided on keys, without the model).
+fn word(mut n: u64) -> String {
+    let mut w = String::new();
+    loop {
+        w.push(char::from(b'a' + (n % 26) as u8));
+        n /= 26;
+        if n == 0 {
+            return w;
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    Exact,
+    Semantic,
+}
+
+struct Cell {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    requests: usize,
+    errors: usize,
+}
+
+async fn run_cell(base: &str, path: Path, concurrency: usize, seconds: f64, salt: u64) -> Cell {
+    let client = client();
+    // Every worker has its own task, seeded with two failures so there is a window to compare.
+    for w in 0..concurrency {
+        for m in [
+            "ValueError: invalid configuration value for key",
+            "the scheduler lost its lease",
+        ] {
+            client
+                .post(format!("{base}/v1/evaluate"))
+                .json(&json!({"task_id": format!("load-{salt}-{w}"), "event": {"type": "failure", "message": m}}))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    let counter = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for w in 0..concurrency {
+        let client = client.clone();
+        let base = base.to_string();
+        let counter = Arc::clone(&counter);
+        handles.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0;
+            while Instant::now() < deadline {
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let message = match path {
+                    Path::Exact => "ValueError: invalid configuration value for key".to_string(),
+                    Path::Semantic => format!(
+                        "RuntimeError: worker {} could not reach the {} queue",
+                        word(n + salt * 1_000_000),
+                        word(n * 7 + 3)
+                    ),
+                };
+                let t = Instant::now();
+                let r = client
+                    .post(format!("{base}/v1/evaluate"))
+                    .json(&json!({"task_id": format!("load-{salt}-{w}"), "event": {"type": "failure", "message": message}}))
+                    .send()
+                    .await;
+                match r {
+                    Ok(r) if r.status().is_success() => lat.push(t.elapsed().as_secs_f64() * 1e3),
+                    _ => errors += 1,
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let mut lat = Vec::new();
+    let mut errors = 0;
+    for h in handles {
+        let (l, e) = h.await.unwrap();
+        lat.extend(l);
+        errors += e;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    Cell {
+        rps: lat.len() as f64 / elapsed,
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        requests: lat.len(),
+        errors,
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else to parse.
+    let seconds: f64 = std::env::var("LOAD_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "| path | batching | concurrency | requests/s | p50 ms | p99 ms | requests | errors |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    let mut salt = 0;
+    for (batching, extra) in [
+        ("on", vec![]),
+        ("off (max_batch = 1)", vec!["--set", "model.max_batch=1"]),
+    ] {
+        let server = Server::start(&extra);
+        rt.block_on(async {
+            let client = client();
+            for _ in 0..600 {
+                if let Ok(r) = client.get(format!("{}/readyz", server.base)).send().await {
+                    if r.status().is_success() {
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        for path in [Path::Exact, Path::Semantic] {
+            if path == Path::Exact && batching != "on" {
+                // The exact path never touches the model: batching cannot matter.
+                continue;
+            }
+            for concurrency in [1, 4, 16, 64] {
+                salt += 1;
+                let c = rt.block_on(run_cell(&server.base, path, concurrency, seconds, salt));
+                println!(
+                    "| {} | {batching} | {concurrency} | {:.0} | {:.2} | {:.2} | {} | {} |",
+                    if path == Path::Exact {
+                        "exact"
+                    } else {
+                        "semantic (model)"
+                    },
+                    c.rps,
+                    c.p50_ms,
+                    c.p99_ms,
+                    c.requests,
+                    c.errors
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Errors as the API shows them: a stable `code`, a message that says what is wrong, and the JSON
+//! path at fault. Every engine error maps to exactly one status here, without a wildcard arm.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use loopguard::embed::EmbedError;
+use loopguard::engine::EngineError;
+use loopguard::event::InputError;
+use loopguard::store::StoreError;
+use serde::Serialize;
+
+/// The body of every 4xx/5xx answer.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// Stable machine-readable code: `invalid_json`, `invalid_utf8`, `invalid_event`,
+    /// `body_too_large`, `too_many_events`, `field_too_large`, `too_deep`, `not_found`,
+    /// `unauthorized`, `overloaded`, `timeout`, `model_unavailable`, `storage_error`, `internal`.
+    pub code: &'static str,
+    pub message: String,
+    /// JSON path of the problem (`event.message`, `[3].task_id`), when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub body: ErrorBody,
+    pub retry_after_secs: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            body: ErrorBody {
+                code,
+                message: message.into(),
+                path: None,
+            },
+            retry_after_secs: None,
+        }
+    }
+
+    pub fn at(mut self, path: impl Into<String>) -> Self {
+        self.body.path = Some(path.into());
+        self
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn not_found(what: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", what)
+    }
+
+    pub fn from_input(e: InputError) -> Self {
+        let path = if e.path.is_empty() {
+            ".".to_string()
+        } else {
+            e.path
+        };
+        ApiError::bad_request("invalid_event", e.message).at(path)
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Embed(e) => e.into(),
+            EngineError::Store(e) => e.into(),
+            EngineError::NotFound(task) => ApiError::not_found(format!("task {task} not found")),
+        }
+    }
+}
+
+impl From<EmbedError> for ApiError {
+    fn from(e: EmbedError) -> Self {
+        match e {
+            EmbedError::Overloaded => {
+                let mut err = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "overloaded",
+                    "the embedding queue is full; retry shortly",
+                );
+                err.retry_after_secs = Some(1);
+                err
+            }
+            e @ (EmbedError::ModelMissing(_)
+            | EmbedError::RuntimeMissing(_)
+            | EmbedError::RuntimeLoad { .. }
+            | EmbedError::Model(_)
+            | EmbedError::Unavailable(_)) => {
+                tracing::error!(error = %e, "embedding model unavailable");
+                let mut err = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "model_unavailable",
+                    "the embedding model is not available; see /readyz",
+                );
+                err.retry_after_secs = Some(5);
+                err
+            }
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        // Internals are logged, not shown.
+        tracing::error!(error = %e, "state store failure");
+        match e {
+            StoreError::Io(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_error",
+                "the state store could not complete the write; the event was not applied",
+            ),
+            StoreError::Corrupt { .. } | StoreError::Version { .. } => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "storage_error",
+                "the stored state of this task cannot be read",
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, axum::Json(self.body)).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}

@@ -1,0 +1,277 @@
+//! `loopguard serve`: the HTTP service orchestrators call. It lives in the binary; the engine it
+//! serves is the library's.
+//!
+//! [`run`] takes its listener and its shutdown future as arguments (so tests start a real server
+//! on port 0), serves until shutdown, lets in-flight requests finish within the grace period,
+//! stops the background sweeps and flushes the store.
+
+mod error;
+mod metrics;
+pub mod openapi;
+mod routes;
+mod validate;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use error::ApiError;
+use loopguard::store::sled::SledStore;
+use loopguard::store::Store;
+use loopguard::{Config, Embedder, Engine};
+pub use metrics::Metrics;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// What every handler sees.
+pub struct AppState {
+    pub cfg: Arc<Config>,
+    pub engine: Arc<Engine>,
+    pub metrics: Arc<Metrics>,
+    pub store: Arc<dyn Store>,
+}
+
+impl AppState {
+    /// Open the store in `cfg.server.data_dir`, start loading the model (in the background:
+    /// `/readyz` says when it is warm) and build the engine.
+    pub fn open(cfg: Arc<Config>) -> anyhow::Result<Arc<AppState>> {
+        let dir = &cfg.server.data_dir;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(dir)?);
+        let slot = Arc::new(OnceLock::new());
+        let embedder = Embedder::start_model_with(
+            &cfg.model,
+            Some(metrics::batch_observer(Arc::clone(&slot))),
+        );
+        let judge = loopguard::judge::from_config(&cfg.judge).map_err(anyhow::Error::msg)?;
+        Ok(AppState::with(cfg, embedder, store, slot, judge))
+    }
+
+    /// Assemble from parts (tests use the in-memory store).
+    pub fn with(
+        cfg: Arc<Config>,
+        embedder: Embedder,
+        store: Arc<dyn Store>,
+        slot: Arc<OnceLock<Arc<Metrics>>>,
+        judge: Option<Arc<dyn loopguard::judge::Judge>>,
+    ) -> Arc<AppState> {
+        let mut engine = Engine::with_store(Arc::clone(&cfg), embedder.clone(), Arc::clone(&store));
+        if let Some(j) = judge {
+            engine = engine.with_judge(j);
+        }
+        let engine = Arc::new(engine);
+        let mut m = Metrics::new();
+        m.watch(embedder, Arc::clone(&engine));
+        let metrics = Arc::new(m);
+        let _ = slot.set(Arc::clone(&metrics));
+        Arc::new(AppState {
+            cfg,
+            engine,
+            metrics,
+            store,
+        })
+    }
+}
+
+/// The routes, with authentication, timeouts and request metrics.
+pub fn router(state: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/v1/evaluate", post(routes::evaluate))
+        .route(
+            "/v1/tasks/{task_id}",
+            get(routes::get_task).delete(routes::delete_task),
+        )
+        .route("/v1/tasks/{task_id}/history", get(routes::get_history))
+        .route("/v1/tasks/{task_id}/reset", post(routes::reset_task))
+        .route("/metrics", get(routes::metrics))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            authenticate,
+        ));
+    Router::new()
+        .merge(api)
+        .route("/livez", get(routes::livez))
+        .route("/readyz", get(routes::readyz))
+        .route("/openapi.json", get(routes::openapi))
+        .fallback(routes::not_found)
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
+        .with_state(state)
+}
+
+fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "internal error; the event may not have been applied",
+    )
+    .into_response()
+}
+
+/// Bearer-token check for the API and metrics (never for /livez and /readyz).
+async fn authenticate(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let Some(token) = state.cfg.server.auth_token.as_deref() else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        next.run(req).await
+    } else {
+        let mut resp = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid `Authorization: Bearer <token>` header is required",
+        )
+        .into_response();
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer"),
+        );
+        resp
+    }
+}
+
+// Comparing a secret must not leak how many leading bytes matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Request timeout and per-route metrics.
+async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let route: &'static str = match req.extensions().get::<MatchedPath>().map(|p| p.as_str()) {
+        Some("/v1/evaluate") => "/v1/evaluate",
+        Some("/v1/tasks/{task_id}") => "/v1/tasks/{task_id}",
+        Some("/v1/tasks/{task_id}/history") => "/v1/tasks/{task_id}/history",
+        Some("/v1/tasks/{task_id}/reset") => "/v1/tasks/{task_id}/reset",
+        Some("/metrics") => "/metrics",
+        Some("/livez") => "/livez",
+        Some("/readyz") => "/readyz",
+        Some("/openapi.json") => "/openapi.json",
+        _ => "other",
+    };
+    let started = Instant::now();
+    let timeout = Duration::from_millis(state.cfg.server.request_timeout_ms);
+    let resp = match tokio::time::timeout(timeout, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => {
+            let mut e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timeout",
+                format!(
+                    "the request took longer than {} ms (server.request_timeout_ms); it may or may not have been applied",
+                    timeout.as_millis()
+                ),
+            );
+            e.retry_after_secs = Some(1);
+            e.into_response()
+        }
+    };
+    state
+        .metrics
+        .requests
+        .get_or_create(&metrics::RequestLabels {
+            route,
+            status: resp.status().as_u16(),
+        })
+        .inc();
+    state
+        .metrics
+        .request_seconds
+        .get_or_create(&metrics::RouteLabels { route })
+        .observe(started.elapsed().as_secs_f64());
+    resp
+}
+
+/// Serve on `listener` until `shutdown` resolves; then drain, stop the sweeps and flush.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sweeper = tokio::spawn(sweep(Arc::clone(&state), stop_rx));
+    let grace = Duration::from_secs(state.cfg.server.shutdown_grace_secs);
+    let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    let server =
+        axum::serve(listener, router(Arc::clone(&state))).with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!(event = "shutdown", "draining in-flight requests");
+            let _ = drain_tx.send(());
+        });
+    let serving = tokio::spawn(async move { server.await });
+    // Graceful shutdown waits for in-flight requests; past the grace period, stop waiting.
+    let result = tokio::select! {
+        r = serving => r.map_err(anyhow::Error::from).and_then(|r| r.map_err(anyhow::Error::from)),
+        _ = async {
+            let _ = drain_rx.await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(event = "shutdown", "grace period over with requests still in flight");
+            Ok(())
+        }
+    };
+    let _ = stop_tx.send(true);
+    let _ = sweeper.await;
+    state.store.flush().await?;
+    tracing::info!(event = "shutdown", "state flushed; bye");
+    result
+}
+
+/// Background: delete idle tasks and keep the in-memory cache bounded.
+async fn sweep(state: Arc<AppState>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let every = Duration::from_secs(state.cfg.server.expiry_sweep_secs.max(1));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        match state
+            .engine
+            .expire_idle(state.cfg.server.task_ttl_secs, now)
+            .await
+        {
+            Ok(expired) => {
+                for _ in &expired {
+                    state.metrics.tasks_expired.inc();
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "expiring idle tasks failed"),
+        }
+        state.engine.trim_cache(state.cfg.server.max_cached_tasks);
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests;

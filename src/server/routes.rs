@@ -1,0 +1,491 @@
+//! Handlers. Bodies are read and parsed here (not by axum's extractors) so every rejection is
+//! our JSON error with a code and a path.
+
+use super::error::{ApiError, ErrorBody};
+use super::validate::check_event;
+use super::AppState;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use loopguard::engine::{Evaluation, ResetReason, Timings};
+use loopguard::event::parse_envelope_value;
+use loopguard::state::{EntryBody, TaskState};
+use loopguard::verdict::Verdict;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Read a body up to the configured limit, as UTF-8 JSON.
+async fn read_json(state: &AppState, body: Body) -> Result<Value, ApiError> {
+    let limit = state.cfg.server.max_body_bytes;
+    let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body exceeds {limit} bytes (server.max_body_bytes)"),
+        )
+    })?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_utf8",
+            format!("the body is not valid UTF-8 (at byte {})", e.valid_up_to()),
+        )
+    })?;
+    serde_json::from_str(text).map_err(|e| {
+        let code = if e.to_string().contains("recursion limit") {
+            "too_deep"
+        } else {
+            "invalid_json"
+        };
+        ApiError::bad_request(
+            code,
+            format!(
+                "not valid JSON: {e} (line {}, column {})",
+                e.line(),
+                e.column()
+            ),
+        )
+    })
+}
+
+/// One batch item: a verdict, or the error for that event.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum BatchItem {
+    Verdict(Box<Verdict>),
+    Error { error: ErrorBody },
+}
+
+fn server_timing(t: &Timings) -> HeaderValue {
+    let v = format!(
+        "embed;dur={:.3}, detect;dur={:.3}, judge;dur={:.3}, store;dur={:.3}",
+        t.embed_secs * 1e3,
+        t.detect_secs * 1e3,
+        t.judge_secs * 1e3,
+        t.store_secs * 1e3
+    );
+    HeaderValue::from_str(&v).expect("ASCII header value")
+}
+
+async fn evaluate_one(
+    state: &AppState,
+    value: Value,
+    prefix: &str,
+) -> Result<Evaluation, ApiError> {
+    let s = &state.cfg.server;
+    check_event(&value, prefix, s.max_json_depth, s.max_text_bytes)?;
+    let env = parse_envelope_value(value).map_err(|e| {
+        let e = if prefix.is_empty() {
+            e
+        } else {
+            e.under(prefix)
+        };
+        ApiError::from_input(e)
+    })?;
+    let eval = state.engine.evaluate_timed(env).await?;
+    state.metrics.evaluation(&eval);
+    Ok(eval)
+}
+
+/// `POST /v1/evaluate`: one event → one verdict; an array of events → an array of verdicts (or
+/// per-event errors), in order.
+#[utoipa::path(
+    post,
+    path = "/v1/evaluate",
+    tag = "evaluate",
+    request_body(content = loopguard::event::Envelope, description = "One event envelope, or an array of them (batch)"),
+    responses(
+        (status = 200, description = "The verdict (or, for a batch, one item per event: a verdict or `{\"error\": ...}`)", body = Verdict),
+        (status = 400, description = "Malformed JSON, invalid UTF-8, an invalid event; `path` names the field", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 413, description = "Body or a text field too large", body = ErrorBody),
+        (status = 429, description = "The embedding queue is full; see Retry-After", body = ErrorBody),
+        (status = 503, description = "Model unavailable, store failure or timeout", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+pub async fn evaluate(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    let value = match read_json(&state, body).await {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    match value {
+        Value::Array(items) => {
+            let max = state.cfg.server.max_batch_events;
+            if items.len() > max {
+                return ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_many_events",
+                    format!(
+                        "{} events in one batch; the limit is {max} (server.max_batch_events)",
+                        items.len()
+                    ),
+                )
+                .into_response();
+            }
+            state.metrics.batch_events.observe(items.len() as f64);
+            // All events start at once so their texts share model calls; events of one task
+            // still apply in order (the engine's per-task lock is first come, first served and
+            // join_all polls the futures in order).
+            let st = &state;
+            let futures = items.into_iter().enumerate().map(|(i, v)| async move {
+                match evaluate_one(st, v, &format!("[{i}]")).await {
+                    Ok(e) => BatchItem::Verdict(Box::new(e.verdict)),
+                    Err(e) => BatchItem::Error { error: e.body },
+                }
+            });
+            let out = futures_util::future::join_all(futures).await;
+            Json(out).into_response()
+        }
+        Value::Object(_) => {
+            state.metrics.batch_events.observe(1.0);
+            match evaluate_one(&state, value, "").await {
+                Ok(e) => {
+                    let mut resp = Json(&e.verdict).into_response();
+                    resp.headers_mut()
+                        .insert("server-timing", server_timing(&e.timings));
+                    resp
+                }
+                Err(e) => e.into_response(),
+            }
+        }
+        other => ApiError::bad_request(
+            "invalid_event",
+            format!(
+                "expected an event envelope (object) or an array of them, got {}",
+                match other {
+                    Value::Null => "null",
+                    Value::Bool(_) => "a boolean",
+                    Value::Number(_) => "a number",
+                    Value::String(_) => "a string",
+                    _ => "something else",
+                }
+            ),
+        )
+        .at(".")
+        .into_response(),
+    }
+}
+
+/// One window event as `GET /v1/tasks/{id}` shows it.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct WindowItem {
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub agent_id: Option<String>,
+    pub ts: String,
+    /// Normalised and trimmed, as loopguard compares it.
+    pub text: String,
+    pub new_work: bool,
+}
+
+/// A task's state.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct TaskView {
+    pub task_id: String,
+    pub root_task_id: String,
+    /// `active`, `paused` (the gate fired or MAX_PIVOTS was exceeded) or `terminated` (budget).
+    pub status: loopguard::verdict::TaskStatus,
+    pub loop_count: u32,
+    /// Loops counted since the last pivot (seed 003's entropy count).
+    pub entropy_count: u32,
+    pub pivot_count: u32,
+    /// Every event of the task; the global budget counts these.
+    pub events_total: u64,
+    pub kind_counts: BTreeMap<String, u32>,
+    pub current_step: Option<String>,
+    pub step_entries: BTreeMap<String, u32>,
+    pub window: Vec<WindowItem>,
+    #[schema(value_type = Vec<Object>)]
+    pub last_verdicts: Vec<loopguard::state::VerdictSummary>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+pub fn rfc3339(ts: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(ts)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+fn view(task_id: &str, s: &TaskState) -> TaskView {
+    TaskView {
+        task_id: task_id.to_string(),
+        root_task_id: s.root.clone(),
+        status: s.status,
+        loop_count: s.loop_count,
+        entropy_count: s.entropy,
+        pivot_count: s.pivot_count,
+        events_total: s.events_total,
+        kind_counts: s.kind_hits.clone(),
+        current_step: s.current_step.clone(),
+        step_entries: s.step_entries.clone(),
+        window: s
+            .window
+            .iter()
+            .map(|e| WindowItem {
+                seq: e.seq,
+                kind: match &e.body {
+                    EntryBody::Failure { .. } => "failure",
+                    EntryBody::ToolCall { .. } => "tool_call",
+                    EntryBody::Response { .. } => "response",
+                    EntryBody::Collaboration { .. } => "collaboration",
+                    EntryBody::Transition { .. } => "transition",
+                    EntryBody::Progress { .. } => "progress",
+                    EntryBody::Outcome { .. } => "outcome",
+                }
+                .to_string(),
+                agent_id: e.agent_id.clone(),
+                ts: rfc3339(e.ts),
+                text: e.body.display_text(),
+                new_work: e.novel,
+            })
+            .collect(),
+        last_verdicts: s.recent_verdicts.iter().cloned().collect(),
+        created_at: rfc3339(s.created_ts),
+        updated_at: rfc3339(s.updated_ts),
+    }
+}
+
+fn valid_task_id(id: &str) -> Result<(), ApiError> {
+    let n = id.chars().count();
+    if n == 0 || n > loopguard::event::MAX_TASK_ID_CHARS || id.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "invalid_event",
+            format!(
+                "a task id is 1..{} characters without control characters",
+                loopguard::event::MAX_TASK_ID_CHARS
+            ),
+        )
+        .at("task_id"));
+    }
+    Ok(())
+}
+
+/// `GET /v1/tasks/{task_id}`: counters, window, pivots, status, last verdicts.
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{task_id}",
+    tag = "tasks",
+    params(("task_id" = String, Path, description = "A task or subtask id (a subtask shows its root's state)")),
+    responses(
+        (status = 200, body = TaskView),
+        (status = 404, body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+pub async fn get_task(
+    State(state): State<Arc<AppState>>,
+    Path(task_id): Path<String>,
+) -> Result<Json<TaskView>, ApiError> {
+    valid_task_id(&task_id)?;
+    match state.engine.snapshot(&task_id).await? {
+        Some(s) => Ok(Json(view(&task_id, &s))),
+        None => Err(ApiError::not_found(format!("task {task_id} not found"))),
+    }
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct HistoryQuery {
+    /// Most records returned, newest kept (default 100, at most 10000).
+    pub limit: Option<usize>,
+}
+
+/// A task's audit trail.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct HistoryView {
+    pub task_id: String,
+    pub root_task_id: String,
+    /// Oldest first. Each has `ts` (RFC 3339), `seq`, `task_id`, `agent_id`, `event`
+    /// (`loop_detected`, `pivot_issued`, `gate_triggered`, `loop_counter_reset`, `agent_changed`,
+    /// `budget_exhausted`) and that event's fields.
+    #[schema(value_type = Vec<Object>)]
+    pub records: Vec<Value>,
+}
+
+/// `GET /v1/tasks/{task_id}/history`: loop detected, pivot issued, gate triggered, counter reset
+/// (who, why), with timestamps.
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{task_id}/history",
+    tag = "tasks",
+    params(("task_id" = String, Path, description = "A task or subtask id"), HistoryQuery),
+    responses((status = 200, body = HistoryView), (status = 404, body = ErrorBody)),
+    security((), ("bearer" = []))
+)]
+pub async fn get_history(
+    State(state): State<Arc<AppState>>,
+    Path(task_id): Path<String>,
+    Query(q): Query<HistoryQuery>,
+) -> Result<Json<HistoryView>, ApiError> {
+    valid_task_id(&task_id)?;
+    let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
+    let root = state
+        .engine
+        .root_of(&task_id)
+        .map_err(loopguard::engine::EngineError::from)?;
+    let records = state.engine.history(&task_id, limit)?;
+    if records.is_empty() && state.engine.snapshot(&task_id).await?.is_none() {
+        return Err(ApiError::not_found(format!("task {task_id} not found")));
+    }
+    let records = records
+        .into_iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(&r).expect("an audit record serialises");
+            v["ts"] = Value::String(rfc3339(r.ts));
+            v
+        })
+        .collect();
+    Ok(Json(HistoryView {
+        task_id,
+        root_task_id: root,
+        records,
+    }))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResetRequest {
+    /// `success` or `human_intervention` (seed 000: the only resets).
+    pub reason: String,
+    /// Who resets (shown in the audit trail).
+    #[serde(default)]
+    pub by: Option<String>,
+    /// How the loop was resolved.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// `POST /v1/tasks/{task_id}/reset`: reset the loop counter (and pivots, window) of a task.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{task_id}/reset",
+    tag = "tasks",
+    params(("task_id" = String, Path, description = "A task or subtask id (resets its root)")),
+    request_body = ResetRequest,
+    responses((status = 200, body = TaskView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security((), ("bearer" = []))
+)]
+pub async fn reset_task(
+    State(state): State<Arc<AppState>>,
+    Path(task_id): Path<String>,
+    body: Body,
+) -> Result<Json<TaskView>, ApiError> {
+    valid_task_id(&task_id)?;
+    let value = read_json(&state, body).await?;
+    let req: ResetRequest = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::bad_request("invalid_event", e.into_inner().to_string()).at(path)
+    })?;
+    let reason = match req.reason.as_str() {
+        "success" => ResetReason::Success,
+        "human_intervention" => ResetReason::HumanIntervention,
+        other => {
+            return Err(ApiError::bad_request(
+                "invalid_event",
+                format!("unknown reason `{other}`; expected `success` or `human_intervention`"),
+            )
+            .at("reason"))
+        }
+    };
+    let by = req.by.unwrap_or_else(|| "api".to_string());
+    let s = state.engine.reset(&task_id, reason, &by, req.note).await?;
+    state.metrics.reset(reason.as_str());
+    Ok(Json(view(&task_id, &s)))
+}
+
+/// `DELETE /v1/tasks/{task_id}`: forget a task (its root) entirely.
+#[utoipa::path(
+    delete,
+    path = "/v1/tasks/{task_id}",
+    tag = "tasks",
+    params(("task_id" = String, Path, description = "A task or subtask id (deletes its root)")),
+    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)),
+    security((), ("bearer" = []))
+)]
+pub async fn delete_task(
+    State(state): State<Arc<AppState>>,
+    Path(task_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    valid_task_id(&task_id)?;
+    if state.engine.delete(&task_id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!("task {task_id} not found")))
+    }
+}
+
+/// `GET /livez`: the process is up.
+#[utoipa::path(get, path = "/livez", tag = "operations", responses((status = 200, description = "Always", body = String)))]
+pub async fn livez() -> &'static str {
+    "ok"
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Readiness {
+    /// `ready`, `loading` or `failed`.
+    pub status: &'static str,
+    pub model: String,
+    pub store: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `GET /readyz`: ready only when the model is loaded and warm and the store is open.
+#[utoipa::path(get, path = "/readyz", tag = "operations", responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
+pub async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Readiness>) {
+    let e = state.engine.embedder();
+    if e.is_ready() {
+        return (
+            StatusCode::OK,
+            Json(Readiness {
+                status: "ready",
+                model: e.describe(),
+                store: "open",
+                error: None,
+            }),
+        );
+    }
+    let (status, error) = match e.load_error() {
+        Some(err) => ("failed", Some(err.to_string())),
+        None => ("loading", None),
+    };
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(Readiness {
+            status,
+            model: e.describe(),
+            store: "open",
+            error,
+        }),
+    )
+}
+
+/// `GET /metrics`: Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text exposition", body = String)), security((), ("bearer" = [])))]
+pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    (headers, state.metrics.render())
+}
+
+/// `GET /openapi.json`: this API's OpenAPI document, generated from the code.
+pub async fn openapi() -> impl IntoResponse {
+    Json(super::openapi::document())
+}
+
+/// Any unknown route.
+pub async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; see /openapi.json")
+}

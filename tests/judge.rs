@@ -1,0 +1,386 @@
+//! The LLM-judge hook against a real HTTP server on loopback speaking the OpenAI
+//! chat-completions wire format (written here; it records what it receives), and a webhook.
+
+mod common;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use common::*;
+use loopguard::judge;
+use loopguard::verdict::LoopKind;
+use loopguard::{Config, Engine};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How the mock judge behaves.
+#[derive(Clone)]
+enum Mode {
+    /// Answer this verdict JSON as the assistant message content.
+    Says(Value),
+    /// Sleep, then answer.
+    Sleeps(Duration, Value),
+    /// Answer something that is not the schema.
+    Garbage,
+    /// HTTP 500.
+    Fails,
+}
+
+#[derive(Clone)]
+struct Mock {
+    mode: Arc<Mutex<Mode>>,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+async fn chat(State(m): State<Mock>, Json(body): Json<Value>) -> Response {
+    m.requests.lock().unwrap().push(body);
+    let mode = m.mode.lock().unwrap().clone();
+    let content = match mode {
+        Mode::Says(v) => v.to_string(),
+        Mode::Sleeps(d, v) => {
+            tokio::time::sleep(d).await;
+            v.to_string()
+        }
+        Mode::Garbage => "I think it is probably fine, hard to say.".to_string(),
+        Mode::Fails => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "upstream exploded").into_response()
+        }
+    };
+    Json(json!({
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]
+    }))
+    .into_response()
+}
+
+async fn webhook(State(m): State<Mock>, Json(body): Json<Value>) -> Response {
+    m.requests.lock().unwrap().push(body);
+    match m.mode.lock().unwrap().clone() {
+        Mode::Says(v) => Json(v).into_response(),
+        _ => (StatusCode::BAD_GATEWAY, "no").into_response(),
+    }
+}
+
+/// Start the mock on a free port; returns its base URL and handle.
+async fn mock(mode: Mode) -> (String, Mock) {
+    let m = Mock {
+        mode: Arc::new(Mutex::new(mode)),
+        requests: Arc::new(Mutex::new(Vec::new())),
+    };
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/chat/completions", post(chat))
+        .route("/hook", post(webhook))
+        .with_state(m.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), m)
+}
+
+fn judge_config(kind: &str, url: &str, extra: &[(&str, &str)]) -> Config {
+    let mut overrides: Vec<(String, String)> = vec![
+        ("judge.kind".into(), format!("{kind:?}")),
+        ("judge.url".into(), format!("{url:?}")),
+        ("judge.model".into(), "\"test-model\"".into()),
+        ("judge.timeout_ms".into(), "800".into()),
+        ("judge.retries".into(), "1".into()),
+        ("judge.backoff_ms".into(), "20".into()),
+        // Pin the similarity settings the grey-band pair below was chosen for.
+        ("detect.similarity.failure".into(), "0.86".into()),
+        ("detect.similarity.grey_band".into(), "0.08".into()),
+        // Only the grey band makes a case ambiguous here, unless a test says otherwise.
+        ("judge.ask_after_failures".into(), "0".into()),
+    ];
+    overrides.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    Config::load(None, std::iter::empty(), &overrides).unwrap()
+}
+
+fn engine_with_judge(cfg: Config) -> Engine {
+    let j = judge::from_config(&cfg.judge).unwrap().expect("a judge");
+    Engine::new(Arc::new(cfg), model()).with_judge(j)
+}
+
+// Cosine 0.82 on all-MiniLM-L6-v2: below the failure threshold (0.86), inside its grey band.
+const A: &str = "TypeError: Cannot read properties of undefined (reading 'name')";
+const B: &str = "Uncaught TypeError: cannot read property 'name' of undefined in line";
+
+fn says(verdict: &str) -> Mode {
+    Mode::Says(
+        json!({"verdict": verdict, "confidence": 0.9, "reason": format!("the agent is {verdict}")}),
+    )
+}
+
+#[tokio::test]
+async fn asked_for_a_grey_zone_case_not_for_an_exact_repeat_and_regressive_counts() {
+    let (url, m) = mock(says("regressive")).await;
+    let e = engine_with_judge(judge_config("openai", &format!("{url}/v1"), &[]));
+    let goal = env(
+        json!({"task_id": "t", "goal": "show the user's name on the profile card", "event": {"type": "failure", "message": A}}),
+    );
+    let v1 = e.evaluate(goal).await.unwrap();
+    assert!(v1.judge.is_none(), "nothing ambiguous yet");
+    let v2 = e.evaluate(failure("t", B)).await.unwrap();
+    let sim = v2.judge.as_ref().expect("the judge was consulted");
+    assert_eq!(sim.status, "ok");
+    assert!(!sim.fallback);
+    assert!(v2.is_loop && v2.counted, "{v2:?}");
+    assert_eq!(v2.kind, LoopKind::Regression);
+    assert_eq!(v2.loop_count, 1);
+    {
+        let reqs = m.requests.lock().unwrap();
+        if std::env::var_os("PRINT_JUDGE_EXCHANGE").is_some() {
+            println!("{}", serde_json::to_string_pretty(&reqs[0]).unwrap());
+        }
+        assert_eq!(reqs.len(), 1);
+        let r = &reqs[0];
+        assert_eq!(r["model"], "test-model");
+        assert_eq!(r["messages"][0]["role"], "system");
+        let user = r["messages"][1]["content"].as_str().unwrap();
+        assert!(user.contains("grey band"), "{user}");
+        assert!(
+            user.contains("show the user's name"),
+            "the goal is in the evidence: {user}"
+        );
+        assert!(user.contains("cannot read property 'name'"), "{user}");
+    }
+    // An exact repeat is decided on keys: the judge is not asked.
+    let v3 = e.evaluate(failure("t", B)).await.unwrap();
+    assert_eq!(v3.kind, LoopKind::ExactRepeat);
+    assert!(v3.judge.is_none());
+    assert_eq!(m.requests.lock().unwrap().len(), 1);
+    // Nor for a clear non-match.
+    let v4 = e
+        .evaluate(failure(
+            "t",
+            "disk quota exceeded while writing the build cache",
+        ))
+        .await
+        .unwrap();
+    assert!(v4.judge.is_none());
+    assert_eq!(m.requests.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn progress_from_the_judge_is_not_a_loop() {
+    let (url, _m) = mock(says("progress")).await;
+    let e = engine_with_judge(judge_config("openai", &url, &[]));
+    e.evaluate(failure("t", A)).await.unwrap();
+    let v = e.evaluate(failure("t", B)).await.unwrap();
+    assert!(!v.is_loop);
+    assert!(v.reason.contains("judge says progress"), "{}", v.reason);
+}
+
+#[tokio::test]
+async fn a_judge_that_sleeps_past_the_timeout_gives_the_fallback_in_time() {
+    let (url, _m) = mock(Mode::Sleeps(
+        Duration::from_secs(5),
+        json!({"verdict": "no_progress"}),
+    ))
+    .await;
+    let e = engine_with_judge(judge_config("openai", &url, &[]));
+    e.evaluate(failure("t", A)).await.unwrap();
+    let started = Instant::now();
+    let v = e.evaluate(failure("t", B)).await.unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1500), "answered in {took:?}");
+    let j = v.judge.unwrap();
+    assert_eq!(j.status, "timeout");
+    assert!(j.fallback);
+    assert!(!v.is_loop, "fallback no_loop");
+}
+
+#[tokio::test]
+async fn garbage_and_500s_are_undecided_never_a_crash() {
+    let (url, m) = mock(Mode::Garbage).await;
+    let e = engine_with_judge(judge_config("openai", &url, &[]));
+    e.evaluate(failure("g", A)).await.unwrap();
+    let v = e.evaluate(failure("g", B)).await.unwrap();
+    assert_eq!(v.judge.as_ref().unwrap().status, "invalid");
+    assert!(!v.is_loop);
+
+    *m.mode.lock().unwrap() = Mode::Fails;
+    e.evaluate(failure("h", A)).await.unwrap();
+    let before = m.requests.lock().unwrap().len();
+    let v = e.evaluate(failure("h", B)).await.unwrap();
+    assert_eq!(v.judge.as_ref().unwrap().status, "unavailable");
+    assert_eq!(
+        m.requests.lock().unwrap().len() - before,
+        2,
+        "one retry of a transient 500"
+    );
+    // The fallback can be set to count ambiguous cases instead.
+    let (url, _m) = mock(Mode::Fails).await;
+    let e = engine_with_judge(judge_config(
+        "openai",
+        &url,
+        &[("judge.fallback", "\"loop\"")],
+    ));
+    e.evaluate(failure("t", A)).await.unwrap();
+    let v = e.evaluate(failure("t", B)).await.unwrap();
+    assert!(v.is_loop && v.judge.as_ref().unwrap().fallback);
+}
+
+#[tokio::test]
+async fn the_breaker_opens_after_repeated_failures_and_closes_again() {
+    let (url, m) = mock(Mode::Fails).await;
+    let cfg = judge_config(
+        "openai",
+        &url,
+        &[
+            ("judge.retries", "0"),
+            ("judge.breaker_failures", "3"),
+            ("judge.breaker_cooldown_secs", "1"),
+            ("judge.cache_entries", "0"),
+        ],
+    );
+    let e = engine_with_judge(cfg);
+    for i in 0..3 {
+        let t = format!("b{i}");
+        e.evaluate(failure(&t, A)).await.unwrap();
+        let v = e.evaluate(failure(&t, B)).await.unwrap();
+        assert_eq!(v.judge.unwrap().status, "unavailable");
+    }
+    assert_eq!(m.requests.lock().unwrap().len(), 3);
+    // Open: no call goes out, the answer is immediate.
+    e.evaluate(failure("b3", A)).await.unwrap();
+    let v = e.evaluate(failure("b3", B)).await.unwrap();
+    let j = v.judge.unwrap();
+    assert_eq!(j.status, "unavailable");
+    assert!(j.reason.unwrap().contains("circuit breaker"));
+    assert_eq!(
+        m.requests.lock().unwrap().len(),
+        3,
+        "the open breaker sent nothing"
+    );
+    let stats = e.judge_stats().unwrap();
+    assert_eq!(stats.breaker, judge::guard::BreakerState::Open);
+    assert_eq!(stats.breaker_opened, 1);
+    // After the cool-down one trial goes out; the judge has recovered, so it closes.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    *m.mode.lock().unwrap() = says("no_progress");
+    e.evaluate(failure("b4", A)).await.unwrap();
+    let v = e.evaluate(failure("b4", B)).await.unwrap();
+    assert_eq!(v.judge.unwrap().status, "ok");
+    assert_eq!(
+        e.judge_stats().unwrap().breaker,
+        judge::guard::BreakerState::Closed
+    );
+}
+
+#[tokio::test]
+async fn answers_are_cached_by_evidence_and_calls_are_budgeted_per_task() {
+    let (url, m) = mock(says("no_progress")).await;
+    let e = engine_with_judge(judge_config(
+        "openai",
+        &url,
+        &[
+            ("judge.max_calls_per_task", "1"),
+            ("judge.ask_after_failures", "3"),
+        ],
+    ));
+    // The same situation in two tasks is one question.
+    for t in ["c1", "c2"] {
+        e.evaluate(failure(t, A)).await.unwrap();
+        let v = e.evaluate(failure(t, B)).await.unwrap();
+        assert_eq!(v.judge.unwrap().status, "ok");
+    }
+    assert_eq!(
+        m.requests.lock().unwrap().len(),
+        1,
+        "the second was a cache hit"
+    );
+    // c1 spent its one call: its next ambiguous case (a third failure with no progress signal)
+    // gets the fallback without a call.
+    let v = e
+        .evaluate(failure(
+            "c1",
+            "IndexError: list index out of range in parse_rows",
+        ))
+        .await
+        .unwrap();
+    let j = v.judge.expect("ambiguous: three failures in a row");
+    assert_eq!(j.status, "budget_exhausted");
+    assert!(j.fallback);
+    assert_eq!(m.requests.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_webhook_gets_the_evidence_and_its_verdict_counts() {
+    let (url, m) = mock(says("no_progress")).await;
+    let e = engine_with_judge(judge_config("webhook", &format!("{url}/hook"), &[]));
+    e.evaluate(failure("w", A)).await.unwrap();
+    let v = e.evaluate(failure("w", B)).await.unwrap();
+    assert!(v.is_loop, "{v:?}");
+    assert_eq!(v.kind, LoopKind::SemanticRepeat);
+    let reqs = m.requests.lock().unwrap();
+    let evidence = &reqs[0];
+    assert_eq!(evidence["task_id"], "w");
+    assert_eq!(evidence["current"]["type"], "failure");
+    assert!(evidence["candidate"]["similarity"].as_f64().unwrap() > 0.78);
+    assert_eq!(evidence["recent"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_service_answers_in_time_with_a_sleeping_judge() {
+    let (url, _m) = mock(Mode::Sleeps(
+        Duration::from_secs(10),
+        json!({"verdict": "no_progress"}),
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        &[
+            "--set",
+            "judge.kind=\"openai\"",
+            "--set",
+            &format!("judge.url={url:?}"),
+            "--set",
+            "judge.model=\"m\"",
+            "--set",
+            "judge.timeout_ms=500",
+            "--set",
+            "detect.similarity.failure=0.86",
+            "--set",
+            "detect.similarity.grey_band=0.08",
+        ],
+    );
+    let client = http_client();
+    s.ready(&client).await;
+    let post = |msg: &str| {
+        client
+            .post(s.url("/v1/evaluate"))
+            .json(&json!({"task_id": "svc", "event": {"type": "failure", "message": msg}}))
+            .send()
+    };
+    post(A).await.unwrap();
+    let started = Instant::now();
+    let r = post(B).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["judge"]["status"], "timeout");
+    assert_eq!(v["judge"]["fallback"], true);
+    assert!(took < Duration::from_millis(2000), "{took:?}");
+    let metrics = client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("loopguard_judge_outcomes_total{status=\"timeout\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("loopguard_events_needing_judge_total 1"),
+        "{metrics}"
+    );
+}
