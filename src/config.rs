@@ -23,7 +23,21 @@ pub struct Config {
     pub detect: DetectConfig,
     pub policy: PolicyConfig,
     pub judge: JudgeConfig,
+    pub memory: MemoryConfig,
     pub server: ServerConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    pub enabled: bool,
+    pub max_records: usize,
+    pub k: usize,
+    pub min_similarity: f32,
+    pub dedupe_similarity: f32,
+    pub max_connections: usize,
+    pub ef_construction: usize,
+    pub ef_search: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -90,6 +90,10 @@ struct Inner {
     cache: Mutex<LruCache<String, Vector>>,
     stats: EmbedStats,
     state: AtomicU8,
+    /// The model thread is running a model call.
+    busy: std::sync::atomic::AtomicBool,
+    /// Jobs waiting for the model thread.
+    queued: AtomicU64,
     failure: OnceLock<EmbedError>,
     description: OnceLock<String>,
 }
@@ -155,6 +159,8 @@ impl Embedder {
             )),
             stats: EmbedStats::default(),
             state: AtomicU8::new(LOADING),
+            busy: std::sync::atomic::AtomicBool::new(false),
+            queued: AtomicU64::new(0),
             failure: OnceLock::new(),
             description: OnceLock::new(),
         });
@@ -288,6 +294,24 @@ impl Embedder {
             .collect()
     }
 
+    /// True when the model is loaded, not running a call and nothing is queued: a text embedded
+    /// now would not wait behind anyone.
+    pub fn is_idle(&self) -> bool {
+        self.is_ready()
+            && !self.inner.busy.load(Ordering::Acquire)
+            && self.inner.queued.load(Ordering::Acquire) == 0
+    }
+
+    /// The cached embedding of a text, without ever waiting for the model.
+    pub fn cached_one(&self, text: &str) -> Option<Vector> {
+        self.inner
+            .cache
+            .lock()
+            .expect("embedding cache lock")
+            .get(text)
+            .cloned()
+    }
+
     fn check_failed(&self) -> Result<(), EmbedError> {
         if self.inner.state.load(Ordering::Acquire) == FAILED {
             return Err(self.failure());
@@ -303,15 +327,19 @@ impl Embedder {
         }
         self.check_failed()?;
         let (reply, rx) = oneshot::channel();
+        self.inner.queued.fetch_add(1, Ordering::AcqRel);
         self.inner
             .tx
             .try_send(Job {
                 texts: misses.clone(),
                 reply,
             })
-            .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => EmbedError::Overloaded,
-                mpsc::error::TrySendError::Closed(_) => self.failure(),
+            .map_err(|e| {
+                self.inner.queued.fetch_sub(1, Ordering::AcqRel);
+                match e {
+                    mpsc::error::TrySendError::Full(_) => EmbedError::Overloaded,
+                    mpsc::error::TrySendError::Closed(_) => self.failure(),
+                }
             })?;
         let got = rx.await.map_err(|_| self.failure())??;
         Ok(Self::merge(found, texts, &misses, got))
@@ -326,13 +354,17 @@ impl Embedder {
         }
         self.check_failed()?;
         let (reply, rx) = oneshot::channel();
+        self.inner.queued.fetch_add(1, Ordering::AcqRel);
         self.inner
             .tx
             .blocking_send(Job {
                 texts: misses.clone(),
                 reply,
             })
-            .map_err(|_| self.failure())?;
+            .map_err(|_| {
+                self.inner.queued.fetch_sub(1, Ordering::AcqRel);
+                self.failure()
+            })?;
         let got = rx.blocking_recv().map_err(|_| self.failure())??;
         Ok(Self::merge(found, texts, &misses, got))
     }
@@ -383,12 +415,15 @@ fn model_thread<F>(
     };
 
     while let Some(first) = rx.blocking_recv() {
+        inner.busy.store(true, Ordering::Release);
+        inner.queued.fetch_sub(1, Ordering::AcqRel);
         let mut jobs = vec![first];
         let mut queued = jobs[0].texts.len();
         // Take whatever else is waiting right now; never wait for more.
         while queued < max_batch {
             match rx.try_recv() {
                 Ok(job) => {
+                    inner.queued.fetch_sub(1, Ordering::AcqRel);
                     queued += job.texts.len();
                     jobs.push(job);
                 }
@@ -398,6 +433,7 @@ fn model_thread<F>(
         // A caller that went away (timeout, closed connection) costs nothing.
         jobs.retain(|j| !j.reply.is_closed());
         if jobs.is_empty() {
+            inner.busy.store(false, Ordering::Release);
             continue;
         }
         let result = run_jobs(
@@ -426,6 +462,7 @@ fn model_thread<F>(
             };
             let _ = job.reply.send(answer);
         }
+        inner.busy.store(false, Ordering::Release);
     }
 }
 

@@ -33,6 +33,13 @@ pub enum EngineError {
     Store(#[from] StoreError),
     #[error("task {0} not found")]
     NotFound(String),
+    /// A request that contradicts the task's state (feedback on a verdict that said otherwise).
+    #[error("{0}")]
+    Rejected(String),
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
+    #[error(transparent)]
+    Feedback(#[from] crate::feedback::FeedbackError),
 }
 
 /// Time spent per phase of one evaluation, for logs, headers and metrics.
@@ -80,6 +87,10 @@ pub struct Engine {
     embedder: Embedder,
     judge: Option<Arc<dyn Judge>>,
     store: Arc<dyn Store>,
+    memory: Option<Arc<crate::memory::LoopMemory>>,
+    feedback: Arc<crate::feedback::FeedbackStore>,
+    /// Loop-memory writes running in the background.
+    background: Arc<Background>,
     slots: Mutex<HashMap<String, Slot>>,
     roots: Mutex<HashMap<String, String>>,
 }
@@ -100,6 +111,9 @@ impl Engine {
             embedder,
             judge: None,
             store,
+            memory: None,
+            feedback: Arc::new(crate::feedback::FeedbackStore::in_memory()),
+            background: Arc::new(Background::default()),
             slots: Mutex::new(HashMap::new()),
             roots: Mutex::new(HashMap::new()),
         }
@@ -109,6 +123,115 @@ impl Engine {
     pub fn with_judge(mut self, judge: Arc<dyn Judge>) -> Self {
         self.judge = Some(judge);
         self
+    }
+
+    /// Remember loops across tasks in `memory` (see [`crate::memory`]).
+    pub fn with_memory(mut self, memory: Arc<crate::memory::LoopMemory>) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// Keep feedback in `store` (in memory by default).
+    pub fn with_feedback(mut self, store: Arc<crate::feedback::FeedbackStore>) -> Self {
+        self.feedback = store;
+        self
+    }
+
+    pub fn memory(&self) -> Option<&Arc<crate::memory::LoopMemory>> {
+        self.memory.as_ref()
+    }
+
+    pub fn feedback_store(&self) -> &Arc<crate::feedback::FeedbackStore> {
+        &self.feedback
+    }
+
+    /// Record feedback on the verdict of event `seq` of `task_id`: a false positive (it said
+    /// loop) or a missed loop (it did not). Only the task's recent verdicts can be marked.
+    pub async fn feedback(
+        &self,
+        task_id: &str,
+        seq: u64,
+        label: crate::feedback::FeedbackLabel,
+        note: Option<String>,
+        matched_seq: Option<u64>,
+    ) -> Result<crate::feedback::FeedbackRecord, EngineError> {
+        use crate::feedback::FeedbackLabel;
+        let root = self.root_of(task_id)?;
+        let Some(state) = self.snapshot(task_id).await? else {
+            return Err(EngineError::NotFound(task_id.to_string()));
+        };
+        let Some(v) = state.recent_verdicts.iter().find(|v| v.seq == seq) else {
+            return Err(EngineError::NotFound(format!(
+                "{task_id} seq {seq} (only the last {} verdicts of a task can be marked)",
+                crate::state::RECENT_VERDICTS
+            )));
+        };
+        match (label, v.is_loop) {
+            (FeedbackLabel::FalsePositive, false) => {
+                return Err(EngineError::Rejected(format!(
+                    "seq {seq} was not reported as a loop; a false positive needs a loop verdict"
+                )))
+            }
+            (FeedbackLabel::MissedLoop, true) => {
+                return Err(EngineError::Rejected(format!(
+                    "seq {seq} was already reported as a loop ({})",
+                    v.kind
+                )))
+            }
+            _ => {}
+        }
+        // For a missed loop, the earlier event it repeats: as given, else the latest earlier
+        // event of the same type still in the window.
+        let same_type = |e: &&crate::state::Entry| bare_event(e)["type"] == v.event_type.as_str();
+        let matched = match (v.matched_seq, matched_seq) {
+            (Some(s), _) => Some((s, v.matched_text.clone().unwrap_or_default())),
+            (None, Some(s)) => state
+                .entry(s)
+                .map(|e| (s, head_tail(&e.body.display_text(), 500))),
+            (None, None) => state
+                .window
+                .iter()
+                .rev()
+                .filter(|e| e.seq < seq)
+                .find(same_type)
+                .map(|e| (e.seq, head_tail(&e.body.display_text(), 500))),
+        };
+        let record = crate::feedback::FeedbackRecord {
+            id: 0,
+            ts: now_unix(),
+            task_id: task_id.to_string(),
+            root_task_id: root,
+            seq,
+            label,
+            note,
+            kind: v.kind,
+            event_type: v.event_type.clone(),
+            text: v.text.clone(),
+            matched_seq: matched.as_ref().map(|m| m.0),
+            matched_text: matched.map(|m| m.1),
+            events: state
+                .window
+                .iter()
+                .filter(|e| e.seq <= seq)
+                .map(bare_event)
+                .collect(),
+        };
+        let record = self.feedback.add(record)?;
+        self.feedback.flush().await?;
+        tracing::info!(
+            event = "feedback",
+            task_id = %task_id,
+            seq,
+            label = label.as_str(),
+            kind = record.kind.as_str()
+        );
+        Ok(record)
+    }
+
+    /// Wait until the loop-memory work running in the background is done (before a shutdown
+    /// flushes, and in tests).
+    pub async fn settle(&self) {
+        self.background.idle().await;
     }
 
     /// The judge's counters, when a judge is configured.
@@ -262,6 +385,7 @@ impl Engine {
                     by: "outcome event".into(),
                     note: o.note.clone(),
                 });
+                self.resolve_loops(&state.root, o.result.as_str(), o.note.clone(), ts);
                 state.reset();
                 reason.push_str("; loop counter reset");
             } else if o.result == OutcomeKind::AgentChanged {
@@ -472,6 +596,15 @@ impl Engine {
                 None,
             ),
         };
+        let similar_loops = if kind != LoopKind::None
+            && kind != LoopKind::Budget
+            && (counted || state.status == TaskStatus::Paused)
+        {
+            self.remember_loop(state, &entry, kind, env.agent_id.clone())
+                .await
+        } else {
+            Vec::new()
+        };
         state.push_entry(entry, cfg.detect.window);
         let mut v = self.verdict(
             state,
@@ -487,7 +620,96 @@ impl Engine {
         );
         v.kind = kind;
         v.is_loop = kind != LoopKind::None;
+        v.similar_loops = similar_loops;
         Ok(self.finish(state, env, seq, v, audit, timings, asked))
+    }
+
+    /// Put a loop in the cross-task memory and find the closest loops of other tasks. Advisory:
+    /// a failure here costs the listing, never the verdict. The loop's text is usually embedded
+    /// already (the semantic path, or an earlier repetition); when it is not, the request does
+    /// wait behind other work: when the model is busy, the loop is embedded and remembered in the
+    /// background, and the listing comes with the loop's next repetition.
+    async fn remember_loop(
+        &self,
+        state: &TaskState,
+        entry: &crate::state::Entry,
+        kind: LoopKind,
+        agent_id: Option<String>,
+    ) -> Vec<crate::memory::SimilarLoop> {
+        let Some(mem) = &self.memory else {
+            return Vec::new();
+        };
+        let text = head_tail(&entry.body.display_text(), self.cfg.model.max_text_chars);
+        let record = crate::memory::LoopRecord {
+            id: 0,
+            task_id: state.root.clone(),
+            agent_id,
+            kind,
+            tool: match &entry.body {
+                EntryBody::ToolCall { tool, .. } => Some(tool.clone()),
+                _ => None,
+            },
+            text: text.clone(),
+            ts: entry.ts,
+            gated: state.status == TaskStatus::Paused,
+            resolution: None,
+        };
+        let remember = |mem: &crate::memory::LoopMemory, record, vector| {
+            if let Err(e) = mem.remember(record, vector) {
+                tracing::warn!(error = %e, "loop memory write failed");
+            }
+        };
+        let ready = match self.embedder.cached_one(&text) {
+            Some(v) => Some(v),
+            // An idle model answers a lone text in milliseconds: worth waiting for.
+            None if self.embedder.is_idle() => self
+                .embedder
+                .embed(std::slice::from_ref(&text))
+                .await
+                .ok()
+                .map(|mut v| v.remove(0)),
+            None => None,
+        };
+        if let Some(vector) = ready {
+            let c = mem.config();
+            let similar = mem.similar(&vector, c.k, c.min_similarity, Some(&state.root));
+            remember(mem, record, vector);
+            return similar;
+        }
+        let (mem, embedder) = (Arc::clone(mem), self.embedder.clone());
+        let background = Arc::clone(&self.background);
+        background.started();
+        let work = async move {
+            match embedder.embed(std::slice::from_ref(&text)).await {
+                Ok(mut v) => remember(&mem, record, v.remove(0)),
+                Err(e) => tracing::warn!(error = %e, "loop memory skipped: no embedding"),
+            }
+            background.finished();
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(work);
+            }
+            Err(_) => work.await,
+        }
+        Vec::new()
+    }
+
+    fn resolve_loops(&self, root: &str, result: &str, note: Option<String>, ts: i64) {
+        if let Some(mem) = &self.memory {
+            let resolution = crate::memory::Resolution {
+                result: result.to_string(),
+                note,
+                ts,
+            };
+            match mem.resolve(root, resolution) {
+                Ok(n) if n > 0 => {
+                    tracing::info!(event = "loops_resolved", task_id = %root, loops = n, result)
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, task_id = %root, "loop memory write failed"),
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -519,6 +741,7 @@ impl Engine {
             judge,
             pivot_count: state.pivot_count,
             status: state.status,
+            similar_loops: Vec::new(),
         }
     }
 
@@ -536,6 +759,7 @@ impl Engine {
         verdict.loop_count = state.loop_count;
         verdict.pivot_count = state.pivot_count;
         verdict.status = state.status;
+        let trim = |t: &str| head_tail(t, 500);
         state.remember_verdict(VerdictSummary {
             seq,
             task_id: env.task_id.clone(),
@@ -543,6 +767,14 @@ impl Engine {
             kind: verdict.kind,
             action: verdict.action.kind.as_str().to_string(),
             loop_count: verdict.loop_count,
+            event_type: env.event.type_name().to_string(),
+            text: verdict
+                .signature
+                .as_ref()
+                .map(|s| trim(&s.normalized))
+                .unwrap_or_default(),
+            matched_seq: verdict.matched.as_ref().map(|m| m.seq),
+            matched_text: verdict.matched.as_ref().map(|m| trim(&m.text)),
         });
         let audit = audit
             .into_iter()
@@ -660,6 +892,7 @@ impl Engine {
         let mut next = current.clone();
         *guard = Some(current);
         let now = now_unix();
+        let note_for_memory = note.clone();
         let record = AuditRecord {
             ts: now,
             seq: next.next_seq.saturating_sub(1),
@@ -672,6 +905,7 @@ impl Engine {
                 note,
             },
         };
+        self.resolve_loops(&root, reason.as_str(), note_for_memory, now);
         next.reset();
         next.updated_ts = now;
         self.store
@@ -710,6 +944,9 @@ impl Engine {
         *guard = None;
         self.forget(&root, &slot);
         drop(guard);
+        if let Some(mem) = &self.memory {
+            mem.forget_task(&root)?;
+        }
         self.store.flush().await?;
         Ok(had)
     }
@@ -774,6 +1011,40 @@ impl Engine {
     /// Task states held in memory.
     pub fn cached_tasks(&self) -> usize {
         self.slots.lock().expect("slots lock").len()
+    }
+}
+
+/// Counts background work so it can be waited for.
+#[derive(Default)]
+struct Background {
+    running: std::sync::atomic::AtomicUsize,
+    done: tokio::sync::Notify,
+}
+
+impl Background {
+    fn started(&self) {
+        self.running
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn finished(&self) {
+        if self
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            self.done.notify_waiters();
+        }
+    }
+
+    async fn idle(&self) {
+        loop {
+            let notified = self.done.notified();
+            if self.running.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -924,6 +1195,45 @@ fn evidence(
                 .unwrap_or_default(),
             similarity: l.similarity(),
         }),
+    }
+}
+
+/// A window entry as a bare event of the input contract, for labelled runs. Lossy: the engine
+/// keeps normalised texts, and a tool call's arguments come back as one `call` string.
+pub fn bare_event(e: &crate::state::Entry) -> serde_json::Value {
+    use serde_json::json;
+    match &e.body {
+        EntryBody::Failure { sig, .. } => json!({"type": "failure", "message": sig.text}),
+        EntryBody::ToolCall {
+            tool, call, result, ..
+        } => {
+            let args = call
+                .text
+                .split_once('\n')
+                .map(|(_, rest)| rest)
+                .unwrap_or("");
+            let mut v = json!({"type": "tool_call", "tool": tool, "args": {"call": args}});
+            if let Some(r) = result {
+                v["result"] = json!({"output": r.sig.text, "is_error": r.failed});
+            }
+            v
+        }
+        EntryBody::Response { sig, .. } => json!({"type": "response", "text": sig.text}),
+        EntryBody::Collaboration {
+            from_agent,
+            to_agent,
+            sig,
+        } => {
+            json!({"type": "collaboration", "from_agent": from_agent, "to_agent": to_agent, "request": sig.text})
+        }
+        EntryBody::Transition { from, to } => json!({"type": "transition", "from": from, "to": to}),
+        EntryBody::Progress { metrics, .. } => json!({
+            "type": "progress",
+            "tests_passed": metrics.passed,
+            "tests_failed": metrics.failed,
+            "coverage": metrics.coverage,
+        }),
+        EntryBody::Outcome { result } => json!({"type": "outcome", "result": result}),
     }
 }
 

@@ -12,6 +12,8 @@
 //! - [`state`]: per-task state (window, counters), shared by a task and its subtasks.
 //! - [`store`]: where task state lives between events.
 //! - [`judge`]: the LLM-judge hook for ambiguous cases.
+//! - [`memory`]: cross-task loop memory (HNSW over loops seen, with their resolutions).
+//! - [`feedback`]: false positives and missed loops reported by users, exported for calibration.
 //! - [`engine`]: one event in, one verdict out.
 //! - [`verdict`]: verdicts out.
 //! - [`config`]: one configuration type for file, environment and flags.
@@ -22,7 +24,9 @@ pub mod detect;
 pub mod embed;
 pub mod engine;
 pub mod event;
+pub mod feedback;
 pub mod judge;
+pub mod memory;
 pub mod observe;
 pub mod policy;
 pub mod score;

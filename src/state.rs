@@ -202,6 +202,16 @@ pub struct VerdictSummary {
     pub kind: LoopKind,
     pub action: String,
     pub loop_count: u32,
+    /// The event's type and text as compared, and what it was matched with: what feedback on
+    /// this verdict is about.
+    #[serde(default)]
+    pub event_type: String,
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub matched_seq: Option<u64>,
+    #[serde(default)]
+    pub matched_text: Option<String>,
 }
 
 /// Everything the engine remembers about one root task.

@@ -210,4 +210,8 @@ pub struct Verdict {
     pub judge: Option<JudgeReport>,
     pub pivot_count: u32,
     pub status: TaskStatus,
+    /// For a loop: the closest loops seen in *other* tasks, with how they were resolved
+    /// (cross-task loop memory, docs/MEMORY.md). Absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub similar_loops: Vec<crate::memory::SimilarLoop>,
 }

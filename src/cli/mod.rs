@@ -1,6 +1,7 @@
 //! Command-line interface. Each command lives in its own module; the engine is in the library.
 
 mod compare;
+mod loops;
 mod score;
 mod serve;
 
@@ -52,6 +53,14 @@ pub enum Command {
     Score(score::ScoreArgs),
     /// Show how loopguard normalises and compares texts (pairwise cosine on the real model).
     Compare(compare::CompareArgs),
+    /// The cross-task loop memory of a data directory (offline; the service answers
+    /// GET /v1/loops/similar while it runs).
+    #[command(subcommand)]
+    Loops(loops::LoopsCommand),
+    /// Feedback on verdicts (false positives, missed loops) of a data directory (offline; the
+    /// service answers GET /v1/feedback/export while it runs).
+    #[command(subcommand)]
+    Feedback(loops::FeedbackCommand),
     /// Print the service's OpenAPI document (the committed copy is docs/openapi.json).
     Openapi,
     /// Print the effective configuration (defaults < --config file < LOOPGUARD_* environment).
@@ -89,6 +98,8 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&cli, args),
         Command::Score(args) => score::run(&cli, args),
         Command::Compare(args) => compare::run(&cli, args),
+        Command::Loops(cmd) => loops::run_loops(&cli, cmd),
+        Command::Feedback(cmd) => loops::run_feedback(&cli, cmd),
         Command::Openapi => {
             print!("{}", crate::server::openapi::document_json());
             Ok(())

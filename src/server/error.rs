@@ -14,7 +14,8 @@ use serde::Serialize;
 pub struct ErrorBody {
     /// Stable machine-readable code: `invalid_json`, `invalid_utf8`, `invalid_event`,
     /// `body_too_large`, `too_many_events`, `field_too_large`, `too_deep`, `not_found`,
-    /// `unauthorized`, `overloaded`, `timeout`, `model_unavailable`, `storage_error`, `internal`.
+    /// `unauthorized`, `conflict`, `overloaded`, `timeout`, `model_unavailable`, `storage_error`,
+    /// `internal`.
     pub code: &'static str,
     pub message: String,
     /// JSON path of the problem (`event.message`, `[3].task_id`), when there is one.
@@ -71,6 +72,15 @@ impl From<EngineError> for ApiError {
             EngineError::Embed(e) => e.into(),
             EngineError::Store(e) => e.into(),
             EngineError::NotFound(task) => ApiError::not_found(format!("task {task} not found")),
+            EngineError::Rejected(why) => ApiError::new(StatusCode::CONFLICT, "conflict", why),
+            e @ (EngineError::Memory(_) | EngineError::Feedback(_)) => {
+                tracing::error!(error = %e, "storage failure");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_error",
+                    "the write could not be completed",
+                )
+            }
         }
     }
 }

@@ -66,6 +66,14 @@ pub struct Metrics {
     pub events_needing_judge: Counter,
     pub judge_outcomes: Family<StatusLabels, Counter>,
     pub judge_seconds: Histogram,
+    pub feedback: Family<FeedbackLabels, Counter>,
+    pub similar_loops: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FeedbackLabels {
+    pub label: &'static str,
+    pub kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -172,6 +180,18 @@ impl Metrics {
             "Judge consultations by outcome: ok, timeout, unavailable, invalid, budget_exhausted",
             judge_outcomes.clone(),
         );
+        let feedback = Family::<FeedbackLabels, Counter>::default();
+        registry.register(
+            "feedback",
+            "Verdicts marked by users: false positives and missed loops, by loop kind",
+            feedback.clone(),
+        );
+        let similar_loops = Counter::default();
+        registry.register(
+            "similar_loops_returned",
+            "Earlier loops of other tasks listed in loop verdicts",
+            similar_loops.clone(),
+        );
         let judge_seconds = Histogram::new(seconds_buckets());
         registry.register(
             "judge_duration_seconds",
@@ -197,6 +217,8 @@ impl Metrics {
             events_needing_judge,
             judge_outcomes,
             judge_seconds,
+            feedback,
+            similar_loops,
         }
     }
 
@@ -214,6 +236,7 @@ impl Metrics {
             self.events_needing_model.inc();
         }
         let v = &e.verdict;
+        self.similar_loops.inc_by(v.similar_loops.len() as u64);
         if e.asked_judge {
             self.events_needing_judge.inc();
             self.judge_seconds.observe(e.timings.judge_secs);
@@ -265,6 +288,15 @@ impl Metrics {
                 AuditEvent::AgentChanged { .. } | AuditEvent::BudgetExhausted { .. } => {}
             }
         }
+    }
+
+    pub fn feedback(&self, r: &loopguard::feedback::FeedbackRecord) {
+        self.feedback
+            .get_or_create(&FeedbackLabels {
+                label: r.label.as_str(),
+                kind: r.kind.as_str(),
+            })
+            .inc();
     }
 
     pub fn reset(&self, reason: &str) {
@@ -370,6 +402,15 @@ impl Collector for LiveStats {
                 "The judge's circuit breaker: 0 closed, 1 half-open, 2 open",
                 None,
                 state.metric_type(),
+            )?)?;
+        }
+        if let Some(m) = self.engine.memory() {
+            let n = ConstGauge::new(m.len() as i64);
+            n.encode(encoder.encode_descriptor(
+                "loop_memory_records",
+                "Loops in the cross-task memory",
+                None,
+                n.metric_type(),
             )?)?;
         }
         let cached = ConstGauge::new(self.engine.cached_tasks() as i64);

@@ -18,6 +18,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use error::ApiError;
+use loopguard::feedback::FeedbackStore;
+use loopguard::memory::LoopMemory;
 use loopguard::store::sled::SledStore;
 use loopguard::store::Store;
 use loopguard::{Config, Embedder, Engine};
@@ -25,6 +27,32 @@ pub use metrics::Metrics;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+/// What the engine is built from.
+pub struct Parts {
+    pub embedder: Embedder,
+    pub store: Arc<dyn Store>,
+    pub judge: Option<Arc<dyn loopguard::judge::Judge>>,
+    pub memory: Option<Arc<LoopMemory>>,
+    pub feedback: Arc<FeedbackStore>,
+}
+
+impl Parts {
+    /// Everything in memory (tests): no durability, loop memory as configured.
+    #[cfg(test)]
+    pub fn in_memory(cfg: &Config, embedder: Embedder) -> Parts {
+        Parts {
+            embedder,
+            store: Arc::new(loopguard::store::MemoryStore::new()),
+            judge: None,
+            memory: cfg
+                .memory
+                .enabled
+                .then(|| Arc::new(LoopMemory::in_memory(cfg.memory.clone()))),
+            feedback: Arc::new(FeedbackStore::in_memory()),
+        }
+    }
+}
 
 /// What every handler sees.
 pub struct AppState {
@@ -41,27 +69,57 @@ impl AppState {
         let dir = &cfg.server.data_dir;
         std::fs::create_dir_all(dir)
             .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
-        let store: Arc<dyn Store> = Arc::new(SledStore::open(dir)?);
+        let sled = SledStore::open(dir)?;
+        // The loop memory and the feedback live in the same database: one directory, one lock.
+        let memory = if cfg.memory.enabled {
+            let started = Instant::now();
+            let m = LoopMemory::open(cfg.memory.clone(), sled.tree("loop_memory")?)?;
+            tracing::info!(
+                event = "loop_memory_loaded",
+                records = m.len(),
+                secs = started.elapsed().as_secs_f64()
+            );
+            Some(Arc::new(m))
+        } else {
+            None
+        };
+        let feedback = Arc::new(FeedbackStore::open(sled.tree("feedback")?));
         let slot = Arc::new(OnceLock::new());
         let embedder = Embedder::start_model_with(
             &cfg.model,
             Some(metrics::batch_observer(Arc::clone(&slot))),
         );
         let judge = loopguard::judge::from_config(&cfg.judge).map_err(anyhow::Error::msg)?;
-        Ok(AppState::with(cfg, embedder, store, slot, judge))
+        let parts = Parts {
+            embedder,
+            store: Arc::new(sled),
+            judge,
+            memory,
+            feedback,
+        };
+        Ok(AppState::with(cfg, parts, slot))
     }
 
-    /// Assemble from parts (tests use the in-memory store).
+    /// Assemble from parts (tests use in-memory ones).
     pub fn with(
         cfg: Arc<Config>,
-        embedder: Embedder,
-        store: Arc<dyn Store>,
+        parts: Parts,
         slot: Arc<OnceLock<Arc<Metrics>>>,
-        judge: Option<Arc<dyn loopguard::judge::Judge>>,
     ) -> Arc<AppState> {
-        let mut engine = Engine::with_store(Arc::clone(&cfg), embedder.clone(), Arc::clone(&store));
+        let Parts {
+            embedder,
+            store,
+            judge,
+            memory,
+            feedback,
+        } = parts;
+        let mut engine = Engine::with_store(Arc::clone(&cfg), embedder.clone(), Arc::clone(&store))
+            .with_feedback(feedback);
         if let Some(j) = judge {
             engine = engine.with_judge(j);
+        }
+        if let Some(m) = memory {
+            engine = engine.with_memory(m);
         }
         let engine = Arc::new(engine);
         let mut m = Metrics::new();
@@ -87,6 +145,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/tasks/{task_id}/history", get(routes::get_history))
         .route("/v1/tasks/{task_id}/reset", post(routes::reset_task))
+        .route("/v1/loops/similar", get(routes::similar_loops))
+        .route("/v1/feedback", post(routes::feedback))
+        .route("/v1/feedback/export", get(routes::export_feedback))
         .route("/metrics", get(routes::metrics))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
@@ -153,6 +214,9 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
         Some("/v1/tasks/{task_id}/history") => "/v1/tasks/{task_id}/history",
         Some("/v1/tasks/{task_id}/reset") => "/v1/tasks/{task_id}/reset",
         Some("/metrics") => "/metrics",
+        Some("/v1/loops/similar") => "/v1/loops/similar",
+        Some("/v1/feedback") => "/v1/feedback",
+        Some("/v1/feedback/export") => "/v1/feedback/export",
         Some("/livez") => "/livez",
         Some("/readyz") => "/readyz",
         Some("/openapi.json") => "/openapi.json",
@@ -221,6 +285,11 @@ pub async fn run(
     };
     let _ = stop_tx.send(true);
     let _ = sweeper.await;
+    state.engine.settle().await;
+    if let Some(m) = state.engine.memory() {
+        m.flush().await?;
+    }
+    state.engine.feedback_store().flush().await?;
     state.store.flush().await?;
     tracing::info!(event = "shutdown", "state flushed; bye");
     result

@@ -17,6 +17,9 @@ use utoipa::{Modify, OpenApi};
         super::routes::get_history,
         super::routes::reset_task,
         super::routes::delete_task,
+        super::routes::similar_loops,
+        super::routes::feedback,
+        super::routes::export_feedback,
         super::routes::livez,
         super::routes::readyz,
         super::routes::metrics,
@@ -29,6 +32,8 @@ use utoipa::{Modify, OpenApi};
     tags(
         (name = "evaluate", description = "Events in, verdicts out"),
         (name = "tasks", description = "Task state, audit trail, reset, delete"),
+        (name = "loops", description = "Cross-task loop memory"),
+        (name = "feedback", description = "False positives and missed loops, exported for calibration"),
         (name = "operations", description = "Health and metrics"),
     )
 )]

@@ -485,6 +485,179 @@ pub async fn openapi() -> impl IntoResponse {
     Json(super::openapi::document())
 }
 
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct SimilarQuery {
+    /// The text of a loop: a failure message, a request, a tool call and its result.
+    pub text: String,
+    /// Most loops returned (default `memory.k`, at most 50).
+    pub k: Option<usize>,
+    /// Least cosine similarity (default `memory.min_similarity`).
+    pub min_similarity: Option<f32>,
+}
+
+/// Loops seen before that look like a text.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct SimilarLoops {
+    pub loops: Vec<loopguard::memory::SimilarLoop>,
+}
+
+/// `GET /v1/loops/similar?text=…`: the closest loops in the cross-task memory, with how their
+/// tasks were resolved.
+#[utoipa::path(
+    get,
+    path = "/v1/loops/similar",
+    tag = "loops",
+    params(SimilarQuery),
+    responses((status = 200, body = SimilarLoops), (status = 400, body = ErrorBody), (status = 404, description = "The loop memory is disabled", body = ErrorBody)),
+    security((), ("bearer" = []))
+)]
+pub async fn similar_loops(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<SimilarQuery>,
+) -> Result<Json<SimilarLoops>, ApiError> {
+    let Some(mem) = state.engine.memory() else {
+        return Err(ApiError::not_found(
+            "the loop memory is disabled ([memory] enabled = false)",
+        ));
+    };
+    if q.text.trim().is_empty() || q.text.len() > state.cfg.server.max_text_bytes {
+        return Err(ApiError::bad_request(
+            "invalid_event",
+            format!("text must be 1..{} bytes", state.cfg.server.max_text_bytes),
+        )
+        .at("text"));
+    }
+    let min = q.min_similarity.unwrap_or(mem.config().min_similarity);
+    if !(-1.0..=1.0).contains(&min) {
+        return Err(ApiError::bad_request("invalid_event", "must be in -1..1").at("min_similarity"));
+    }
+    let prepared = loopguard::signature::head_tail(
+        &loopguard::signature::normalize(&q.text),
+        state.cfg.model.max_text_chars,
+    );
+    let v = state
+        .engine
+        .embedder()
+        .embed(std::slice::from_ref(&prepared))
+        .await?;
+    let k = q.k.unwrap_or(mem.config().k).clamp(1, 50);
+    Ok(Json(SimilarLoops {
+        loops: mem.similar(&v[0], k, min, None),
+    }))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackRequest {
+    pub task_id: String,
+    /// The `seq` of the verdict (one of the task's last 20).
+    pub seq: u64,
+    /// `false_positive` (it said loop, it was not) or `missed_loop` (it said no loop, it was).
+    pub label: loopguard::feedback::FeedbackLabel,
+    #[serde(default)]
+    pub note: Option<String>,
+    /// For a missed loop: the earlier event it repeats (default: the latest earlier event of
+    /// the same type).
+    #[serde(default)]
+    pub matched_seq: Option<u64>,
+}
+
+/// `POST /v1/feedback`: mark a verdict as a false positive or a missed loop.
+#[utoipa::path(
+    post,
+    path = "/v1/feedback",
+    tag = "feedback",
+    request_body = FeedbackRequest,
+    responses(
+        (status = 201, body = loopguard::feedback::FeedbackRecord),
+        (status = 400, body = ErrorBody),
+        (status = 404, description = "No such task or verdict", body = ErrorBody),
+        (status = 409, description = "The label contradicts the verdict", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+pub async fn feedback(
+    State(state): State<Arc<AppState>>,
+    body: Body,
+) -> Result<(StatusCode, Json<loopguard::feedback::FeedbackRecord>), ApiError> {
+    let value = read_json(&state, body).await?;
+    let req: FeedbackRequest = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::bad_request("invalid_event", e.into_inner().to_string()).at(path)
+    })?;
+    valid_task_id(&req.task_id)?;
+    if let Some(n) = &req.note {
+        if n.len() > state.cfg.server.max_text_bytes {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "field_too_large",
+                format!("the limit is {} bytes", state.cfg.server.max_text_bytes),
+            )
+            .at("note"));
+        }
+    }
+    let record = state
+        .engine
+        .feedback(&req.task_id, req.seq, req.label, req.note, req.matched_seq)
+        .await?;
+    state.metrics.feedback(&record);
+    Ok((StatusCode::CREATED, Json(record)))
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct ExportQuery {
+    /// `pairs` (for `loopguard calibrate pairs`) or `runs` (for `loopguard calibrate runs`).
+    pub format: String,
+}
+
+/// `GET /v1/feedback/export?format=pairs|runs`: all feedback as calibration input (JSON lines).
+#[utoipa::path(
+    get,
+    path = "/v1/feedback/export",
+    tag = "feedback",
+    params(ExportQuery),
+    responses((status = 200, description = "JSON lines", content_type = "application/x-ndjson", body = String), (status = 400, body = ErrorBody)),
+    security((), ("bearer" = []))
+)]
+pub async fn export_feedback(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<ExportQuery>,
+) -> Result<Response, ApiError> {
+    let records = state
+        .engine
+        .feedback_store()
+        .list()
+        .map_err(loopguard::engine::EngineError::from)?;
+    let mut out = String::new();
+    match q.format.as_str() {
+        "pairs" => {
+            for p in records.iter().filter_map(|r| r.as_pair()) {
+                out.push_str(&p.to_string());
+                out.push('\n');
+            }
+        }
+        "runs" => {
+            for r in records.iter().filter(|r| !r.events.is_empty()) {
+                out.push_str(&r.as_run().to_string());
+                out.push('\n');
+            }
+        }
+        other => {
+            return Err(ApiError::bad_request(
+                "invalid_event",
+                format!("unknown format `{other}`; expected `pairs` or `runs`"),
+            )
+            .at("format"))
+        }
+    }
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    Ok((headers, out).into_response())
+}
+
 /// Any unknown route.
 pub async fn not_found() -> ApiError {
     ApiError::not_found("no such route; see /openapi.json")

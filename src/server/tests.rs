@@ -5,7 +5,6 @@ use super::*;
 use axum::body::Body;
 use axum::http::Request;
 use loopguard::embed::{EmbedBackend, EmbedError, EmbedderOptions, StubBackend};
-use loopguard::store::MemoryStore;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -20,13 +19,8 @@ fn model() -> Embedder {
 }
 
 fn state_with(cfg: Config, embedder: Embedder) -> Arc<AppState> {
-    AppState::with(
-        Arc::new(cfg),
-        embedder,
-        Arc::new(MemoryStore::new()),
-        Arc::new(OnceLock::new()),
-        None,
-    )
+    let parts = Parts::in_memory(&cfg, embedder);
+    AppState::with(Arc::new(cfg), parts, Arc::new(OnceLock::new()))
 }
 
 fn app() -> Router {

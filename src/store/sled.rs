@@ -52,7 +52,14 @@ impl SledStore {
             // Durability comes from explicit flushes after each commit, not from a timer.
             .flush_every_ms(None)
             .open()
-            .map_err(|e| StoreError::Io(format!("opening {}: {e}", dir.display())))?;
+            .map_err(|e| {
+                let hint = if e.to_string().contains("lock") {
+                    " (is another loopguard using this data dir? sled allows one process per directory)"
+                } else {
+                    ""
+                };
+                StoreError::Io(format!("opening {}: {e}{hint}", dir.display()))
+            })?;
         match db.get(META_FORMAT).map_err(io)? {
             Some(v) => {
                 let found =
@@ -74,6 +81,11 @@ impl SledStore {
             }
         }
         Ok(SledStore { db })
+    }
+
+    /// Another tree of the same database (the loop memory, feedback): one directory, one lock.
+    pub fn tree(&self, name: &str) -> Result<sled::Tree, StoreError> {
+        self.db.open_tree(name).map_err(io)
     }
 
     /// Bytes on disk, for the metrics endpoint.

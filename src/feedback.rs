@@ -1,0 +1,179 @@
+//! Feedback on verdicts (seed 001's "false positives reported by users"): a verdict marked as a
+//! false positive, or an event marked as a missed loop, is kept with the texts it was about, and
+//! exported in `loopguard calibrate`'s input formats so it feeds the next calibration.
+
+use crate::verdict::LoopKind;
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FeedbackLabel {
+    /// The verdict said loop; it was not one.
+    FalsePositive,
+    /// The verdict said no loop; it was one.
+    MissedLoop,
+}
+
+impl FeedbackLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeedbackLabel::FalsePositive => "false_positive",
+            FeedbackLabel::MissedLoop => "missed_loop",
+        }
+    }
+}
+
+/// One piece of feedback, with what it is about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FeedbackRecord {
+    pub id: u64,
+    /// Unix seconds.
+    pub ts: i64,
+    pub task_id: String,
+    pub root_task_id: String,
+    pub seq: u64,
+    pub label: FeedbackLabel,
+    pub note: Option<String>,
+    /// The verdict's kind (`none` for a missed loop).
+    pub kind: LoopKind,
+    /// `failure`, `tool_call`, `response`, `collaboration`, ...
+    pub event_type: String,
+    /// The event's text as compared.
+    pub text: String,
+    /// The earlier event it was (or should have been) matched with.
+    pub matched_seq: Option<u64>,
+    pub matched_text: Option<String>,
+    /// The task's events up to this one, as bare events (for a labelled run).
+    #[schema(value_type = Vec<Object>)]
+    pub events: Vec<serde_json::Value>,
+}
+
+impl FeedbackRecord {
+    /// As a labelled pair for `loopguard calibrate pairs`: the two texts, 0 for a false
+    /// positive (they are not the same), 1 for a missed loop. `None` without a matched text.
+    pub fn as_pair(&self) -> Option<serde_json::Value> {
+        let matched = self.matched_text.as_ref()?;
+        Some(serde_json::json!({
+            "a": matched,
+            "b": self.text,
+            "label": match self.label { FeedbackLabel::FalsePositive => 0, FeedbackLabel::MissedLoop => 1 },
+            "kind": pair_kind(&self.event_type),
+            "source": "feedback",
+            "id": format!("feedback-{}", self.id),
+            "note": self.note,
+        }))
+    }
+
+    /// As a labelled run for `loopguard calibrate runs`.
+    pub fn as_run(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": format!("feedback-{}-{}-{}", self.id, self.root_task_id, self.seq),
+            "label": match self.label { FeedbackLabel::FalsePositive => "no_loop", FeedbackLabel::MissedLoop => "loop" },
+            "source": "feedback",
+            "note": self.note,
+            "events": self.events,
+        })
+    }
+}
+
+/// The calibration kind of an event type (the `[detect.similarity]` key it calibrates).
+fn pair_kind(event_type: &str) -> &'static str {
+    match event_type {
+        "failure" => "failure",
+        "collaboration" => "collaboration",
+        "response" => "response",
+        _ => "tool_call",
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("feedback storage: {0}")]
+pub struct FeedbackError(String);
+
+/// Where feedback is kept: a sled tree, or memory.
+pub struct FeedbackStore {
+    tree: Option<sled::Tree>,
+    memory: Mutex<Vec<FeedbackRecord>>,
+}
+
+impl FeedbackStore {
+    pub fn in_memory() -> Self {
+        FeedbackStore {
+            tree: None,
+            memory: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn open(tree: sled::Tree) -> Self {
+        FeedbackStore {
+            tree: Some(tree),
+            memory: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Store a record, giving it an id.
+    pub fn add(&self, mut record: FeedbackRecord) -> Result<FeedbackRecord, FeedbackError> {
+        match &self.tree {
+            Some(tree) => {
+                record.id = tree
+                    .last()
+                    .map_err(|e| FeedbackError(e.to_string()))?
+                    .map(|(k, _)| u64::from_be_bytes(k.as_ref().try_into().unwrap_or([0; 8])) + 1)
+                    .unwrap_or(1);
+                let v = serde_json::to_vec(&record).map_err(|e| FeedbackError(e.to_string()))?;
+                tree.insert(record.id.to_be_bytes(), v)
+                    .map_err(|e| FeedbackError(e.to_string()))?;
+            }
+            None => {
+                let mut m = self.memory.lock().expect("feedback lock");
+                record.id = m.len() as u64 + 1;
+                m.push(record.clone());
+            }
+        }
+        Ok(record)
+    }
+
+    /// Every record, oldest first.
+    pub fn list(&self) -> Result<Vec<FeedbackRecord>, FeedbackError> {
+        match &self.tree {
+            Some(tree) => tree
+                .iter()
+                .map(|item| {
+                    let (_, v) = item.map_err(|e| FeedbackError(e.to_string()))?;
+                    serde_json::from_slice(&v).map_err(|e| FeedbackError(e.to_string()))
+                })
+                .collect(),
+            None => Ok(self.memory.lock().expect("feedback lock").clone()),
+        }
+    }
+
+    pub async fn flush(&self) -> Result<(), FeedbackError> {
+        if let Some(tree) = &self.tree {
+            tree.flush_async()
+                .await
+                .map_err(|e| FeedbackError(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Write feedback as calibration input: labelled pairs and labelled runs, one JSON per line.
+pub fn export(
+    records: &[FeedbackRecord],
+    pairs: &mut impl std::io::Write,
+    runs: &mut impl std::io::Write,
+) -> std::io::Result<(usize, usize)> {
+    let (mut np, mut nr) = (0, 0);
+    for r in records {
+        if let Some(p) = r.as_pair() {
+            writeln!(pairs, "{p}")?;
+            np += 1;
+        }
+        if !r.events.is_empty() {
+            writeln!(runs, "{}", r.as_run())?;
+            nr += 1;
+        }
+    }
+    Ok((np, nr))
+}

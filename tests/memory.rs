@@ -1,0 +1,307 @@
+//! Cross-task loop memory and feedback, on the real model.
+
+mod common;
+
+use common::*;
+use loopguard::memory::LoopMemory;
+use loopguard::verdict::LoopKind;
+use loopguard::{Config, Engine};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+fn engine_with_memory() -> Engine {
+    let cfg = Config::default();
+    let mem = Arc::new(LoopMemory::in_memory(cfg.memory.clone()));
+    Engine::new(Arc::new(cfg), model()).with_memory(mem)
+}
+
+const A: [&str; 3] = [
+    "psycopg2.OperationalError: connection to server at \"db\" (10.0.0.5), port 5432 failed: FATAL: too many connections for role \"app\"",
+    "psycopg2.OperationalError: connection to server at \"db\" (10.0.0.5), port 5432 failed: FATAL: too many connections for role \"app\"",
+    "psycopg2.OperationalError: connection to server at \"db\" (10.0.0.5), port 5432 failed: FATAL: too many connections for role \"app\"",
+];
+const B_REWORDED: [&str; 2] = [
+    "OperationalError: FATAL: too many connections for role \"app\" when connecting to the db server on port 5432",
+    "OperationalError: FATAL: too many connections for role \"app\" when connecting to the db server on port 5432",
+];
+
+#[tokio::test]
+async fn a_resolved_loop_in_one_task_is_offered_to_another_with_its_note() {
+    let e = engine_with_memory();
+    for m in A {
+        e.evaluate(failure("task-a", m)).await.unwrap();
+    }
+    e.evaluate(ev(
+        "task-a",
+        json!({"type": "outcome", "result": "human_intervention", "note": "closed leaked connections: use a pool with max_size=10"}),
+    ))
+    .await
+    .unwrap();
+
+    // With the model busy (other tests share it), a loop decided on keys is remembered in the
+    // background and listed from its next repetition on; settle() waits for that work.
+    e.settle().await;
+    let vs = feed(
+        &e,
+        B_REWORDED.iter().map(|m| failure("task-b", m)).collect(),
+    )
+    .await;
+    e.settle().await;
+    let mut v = vs[1].clone();
+    if v.similar_loops.is_empty() {
+        v = e.evaluate(failure("task-b", B_REWORDED[1])).await.unwrap();
+    }
+    assert!(v.is_loop);
+    let similar = &v.similar_loops;
+    assert_eq!(similar.len(), 1, "{similar:#?}");
+    assert_eq!(similar[0].task_id, "task-a");
+    assert!(similar[0].similarity >= 0.75);
+    let res = similar[0].resolution.as_ref().expect("task-a was resolved");
+    assert_eq!(res.result, "human_intervention");
+    assert_eq!(
+        res.note.as_deref(),
+        Some("closed leaked connections: use a pool with max_size=10")
+    );
+}
+
+#[tokio::test]
+async fn unrelated_loops_are_not_offered() {
+    let e = engine_with_memory();
+    for m in A {
+        e.evaluate(failure("task-a", m)).await.unwrap();
+    }
+    e.settle().await;
+    let vs = feed(
+        &e,
+        (0..3)
+            .map(|_| {
+                failure(
+                    "task-c",
+                    "SyntaxError: Unexpected token '<' in JSON at position 0",
+                )
+            })
+            .collect(),
+    )
+    .await;
+    assert!(vs[1].is_loop && vs[2].is_loop);
+    assert!(vs[2].similar_loops.is_empty(), "{:#?}", vs[2].similar_loops);
+    assert!(vs[1].similar_loops.is_empty(), "{:#?}", vs[1].similar_loops);
+    // And a task never sees its own loops as "seen before".
+    let v = e.evaluate(failure("task-a", A[0])).await.unwrap();
+    assert!(v.similar_loops.iter().all(|s| s.task_id != "task-a"));
+}
+
+#[tokio::test]
+async fn the_service_keeps_the_memory_across_restarts_and_feedback_exports_for_calibration() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = http_client();
+    let post = |s: &Server, body: Value| {
+        let c = client.clone();
+        let url = s.url("/v1/evaluate");
+        async move {
+            c.post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    {
+        let mut s = Server::start(dir.path(), &[]);
+        s.ready(&client).await;
+        for m in A {
+            post(&s, json!({"task_id": "task-a", "agent_id": "db-agent", "event": {"type": "failure", "message": m}})).await;
+        }
+        let r = client
+            .post(s.url("/v1/tasks/task-a/reset"))
+            .json(&json!({"reason": "human_intervention", "by": "oncall", "note": "closed leaked connections"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(s.terminate().success());
+    }
+    let mut s = Server::start(dir.path(), &[]);
+    s.ready(&client).await;
+    // The loop memory came back from disk.
+    let found: Value = client
+        .get(s.url("/v1/loops/similar"))
+        .query(&[("text", B_REWORDED[0])])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(found["loops"][0]["task_id"], "task-a", "{found:#}");
+    assert_eq!(
+        found["loops"][0]["resolution"]["note"],
+        "closed leaked connections"
+    );
+    let mut last = Value::Null;
+    for m in B_REWORDED {
+        last = post(
+            &s,
+            json!({"task_id": "task-b", "event": {"type": "failure", "message": m}}),
+        )
+        .await;
+    }
+    assert_eq!(last["similar_loops"][0]["task_id"], "task-a", "{last:#}");
+
+    // Feedback: task-b's loop was (say) a false positive; a later event was a missed loop.
+    let fb = client
+        .post(s.url("/v1/feedback"))
+        .json(&json!({"task_id": "task-b", "seq": last["seq"], "label": "false_positive", "note": "different database"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fb.status(), 201);
+    let fb: Value = fb.json().await.unwrap();
+    assert_eq!(fb["kind"], "exact_repeat");
+    let first = post(&s, json!({"task_id": "task-d", "event": {"type": "response", "text": "Let me check the pool settings."}})).await;
+    let second = post(&s, json!({"task_id": "task-d", "event": {"type": "response", "text": "I will look at the connection pool settings now."}})).await;
+    assert_eq!(second["loop"], false);
+    let r = client
+        .post(s.url("/v1/feedback"))
+        .json(&json!({"task_id": "task-d", "seq": second["seq"], "label": "missed_loop"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    // A label that contradicts the verdict is refused.
+    let r = client
+        .post(s.url("/v1/feedback"))
+        .json(&json!({"task_id": "task-d", "seq": first["seq"], "label": "false_positive"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+
+    let pairs = client
+        .get(s.url("/v1/feedback/export"))
+        .query(&[("format", "pairs")])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let pairs: Vec<Value> = pairs
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(pairs.len(), 2);
+    assert_eq!(pairs[0]["label"], 0);
+    assert_eq!(pairs[0]["kind"], "failure");
+    assert_eq!(pairs[1]["label"], 1);
+    assert_eq!(pairs[1]["kind"], "response");
+    assert!(pairs[1]["a"].as_str().unwrap().contains("pool settings"));
+    let metrics = client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .contains("loopguard_feedback_total{label=\"false_positive\",kind=\"exact_repeat\"} 1"),
+        "{metrics}"
+    );
+    assert!(s.terminate().success());
+
+    // Offline, the same export from the data directory, and it is valid calibration input:
+    // the labelled runs replay through `loopguard score`.
+    let out = tempfile::tempdir().unwrap();
+    let (pf, rf) = (
+        out.path().join("pairs.jsonl"),
+        out.path().join("runs.jsonl"),
+    );
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .args(["feedback", "export", "--data-dir"])
+        .arg(dir.path())
+        .arg("--pairs")
+        .arg(&pf)
+        .arg("--runs")
+        .arg(&rf)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read_to_string(&pf).unwrap().lines().count(), 2);
+    let runs = std::fs::read_to_string(&rf).unwrap();
+    let labels: Vec<String> = runs
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["label"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(labels, ["no_loop", "loop"]);
+    for line in runs.lines() {
+        loopguard::score::parse_run(line).expect("a labelled run in score/calibrate format");
+    }
+    let scored = std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .args(["score", "--summary"])
+        .arg(&rf)
+        .output()
+        .unwrap();
+    assert!(
+        scored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&scored.stderr)
+    );
+    assert_eq!(String::from_utf8(scored.stdout).unwrap().lines().count(), 2);
+    // The offline similar-loop query reads the same memory.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .args(["loops", "similar", B_REWORDED[0], "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tasks: Vec<&str> = v["loops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["task_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        tasks.contains(&"task-a") && tasks.contains(&"task-b"),
+        "{v:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_gate_and_a_tool_call_loop_are_remembered_with_their_tool() {
+    let e = engine_with_memory();
+    let call = || {
+        call_with(
+            "t",
+            "http_get",
+            json!({"url": "https://api.example.com/v2/orders?page=1"}),
+            "HTTP 404: no such endpoint /v2/orders",
+            true,
+        )
+    };
+    let vs = feed(&e, (0..5).map(|_| call()).collect()).await;
+    e.settle().await;
+    assert_eq!(vs[4].action.kind, loopguard::verdict::ActionType::Pause);
+    let records = e.memory().unwrap().records();
+    assert_eq!(
+        records.len(),
+        1,
+        "repetitions of one loop are stored once: {records:#?}"
+    );
+    assert_eq!(records[0].tool.as_deref(), Some("http_get"));
+    assert_eq!(records[0].kind, LoopKind::ExactRepeat);
+}
