@@ -31,6 +31,8 @@ impl Server {
             .arg(dir.path())
             // Gate and pivots off: tasks stay active however many loops the load makes.
             .args(["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"])
+            // Thousands of events per task: no budget.
+            .args(["--set", "detect.budget.max_events=0"])
             .args(extra)
             .env("LOOPGUARD_LOG", "warn")
             .stdout(Stdio::piped())

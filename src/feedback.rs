@@ -150,8 +150,11 @@ impl FeedbackStore {
 
     pub async fn flush(&self) -> Result<(), FeedbackError> {
         if let Some(tree) = &self.tree {
-            tree.flush_async()
+            // Not flush_async: concurrent calls deadlock in sled 0.34 (see store::sled).
+            let tree = tree.clone();
+            tokio::task::spawn_blocking(move || tree.flush())
                 .await
+                .map_err(|e| FeedbackError(e.to_string()))?
                 .map_err(|e| FeedbackError(e.to_string()))?;
         }
         Ok(())

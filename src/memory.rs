@@ -409,7 +409,12 @@ impl LoopMemory {
     /// Make the persisted records durable.
     pub async fn flush(&self) -> Result<(), MemoryError> {
         if let Some(tree) = &self.tree {
-            tree.flush_async().await.map_err(io)?;
+            // Not flush_async: concurrent calls deadlock in sled 0.34 (see store::sled).
+            let tree = tree.clone();
+            tokio::task::spawn_blocking(move || tree.flush())
+                .await
+                .map_err(io)?
+                .map_err(io)?;
         }
         Ok(())
     }

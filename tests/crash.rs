@@ -100,8 +100,16 @@ async fn acknowledged_events_survive_sigkill() {
     println!("crash test seed {seed}");
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().unwrap();
-    // No gate and no pivots: the loop counter keeps counting, so every event is visible in it.
-    let args = ["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"];
+    // No gate, no pivots and no event budget: the loop counter keeps counting, so every event
+    // is visible in it.
+    let args = [
+        "--set",
+        "policy.gate_at=0",
+        "--set",
+        "policy.pivot_at=0",
+        "--set",
+        "detect.budget.max_events=0",
+    ];
     let client = common::http_client();
     let roots: Vec<String> = (0..TASKS).map(|i| format!("crash-{i}")).collect();
     // What the server holds, as established after the previous restart.

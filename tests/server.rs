@@ -155,6 +155,55 @@ async fn state_survives_a_graceful_restart() {
     assert_eq!(v["action"]["type"], "pause");
 }
 
+/// Many concurrent acknowledgements share fsyncs and never hang (sled 0.34's concurrent
+/// flush_async deadlocked under exactly this load; see store::sled::Flusher).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_load_never_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        &["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"],
+    );
+    let client = http_client();
+    let mut handles = Vec::new();
+    for w in 0..64 {
+        let (client, url) = (client.clone(), s.url("/v1/evaluate"));
+        handles.push(tokio::spawn(async move {
+            for _ in 0..30 {
+                let r = client
+                    .post(&url)
+                    .json(&failure(
+                        &format!("load-{w}"),
+                        "OSError: [Errno 28] No space left on device",
+                    ))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+            }
+        }));
+    }
+    let all = futures_util::future::join_all(handles);
+    let done = tokio::time::timeout(std::time::Duration::from_secs(60), all).await;
+    assert!(
+        done.is_ok(),
+        "1,920 concurrent events did not finish within 60 s"
+    );
+    for h in done.unwrap() {
+        h.unwrap();
+    }
+    let t: Value = client
+        .get(s.url("/v1/tasks/load-7"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(t["events_total"], 30);
+    assert_eq!(t["loop_count"], 29);
+}
+
 #[tokio::test]
 async fn openapi_and_operational_endpoints_answer() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,6 +25,97 @@ const META_FORMAT: &[u8] = b"meta:format";
 
 pub struct SledStore {
     db: sled::Db,
+    flusher: Flusher,
+}
+
+/// Group commit on its own thread. sled 0.34's `flush_async` deadlocks when called concurrently
+/// (spacejam/sled#1308, fixed on sled's main branch but never released), and under load it was
+/// exactly that here: every request flushing at once hung the service. So one thread runs the
+/// synchronous `flush`, and a caller waits for a flush that *started after* its commit; one
+/// fsync covers every commit made before it began.
+struct Flusher {
+    shared: std::sync::Arc<FlushShared>,
+    done: tokio::sync::watch::Receiver<FlushDone>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct FlushDone {
+    /// Every request up to this generation is durable.
+    generation: u64,
+    /// The last flush failed.
+    failed: bool,
+}
+
+struct FlushShared {
+    requested: std::sync::Mutex<u64>,
+    wake: std::sync::Condvar,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl Flusher {
+    fn start(db: sled::Db) -> Flusher {
+        let shared = std::sync::Arc::new(FlushShared {
+            requested: std::sync::Mutex::new(0),
+            wake: std::sync::Condvar::new(),
+            stop: std::sync::atomic::AtomicBool::new(false),
+        });
+        let (tx, rx) = tokio::sync::watch::channel(FlushDone {
+            generation: 0,
+            failed: false,
+        });
+        let s = std::sync::Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("loopguard-flush".into())
+            .spawn(move || {
+                let mut flushed = 0u64;
+                loop {
+                    let target = {
+                        let mut req = s.requested.lock().expect("flush lock");
+                        while *req == flushed {
+                            if s.stop.load(std::sync::atomic::Ordering::Acquire) {
+                                return;
+                            }
+                            req = s.wake.wait(req).expect("flush lock");
+                        }
+                        *req
+                    };
+                    let result = db.flush();
+                    if let Err(e) = &result {
+                        tracing::error!(error = %e, "flushing the state store failed");
+                    }
+                    flushed = target;
+                    let _ = tx.send(FlushDone {
+                        generation: target,
+                        failed: result.is_err(),
+                    });
+                }
+            })
+            .expect("spawning the flush thread");
+        Flusher {
+            shared,
+            done: rx,
+            thread: Some(thread),
+        }
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        let mine = {
+            let mut req = self.shared.requested.lock().expect("flush lock");
+            *req += 1;
+            *req
+        };
+        self.shared.wake.notify_one();
+        let mut done = self.done.clone();
+        let state = *done
+            .wait_for(|d| d.generation >= mine)
+            .await
+            .map_err(|_| StoreError::Io("the flush thread stopped".into()))?;
+        if state.failed {
+            return Err(StoreError::Io("flushing the state store failed".into()));
+        }
+        Ok(())
+    }
 }
 
 fn io(e: sled::Error) -> StoreError {
@@ -42,6 +133,22 @@ fn under(prefix: &str, root: &str) -> Vec<u8> {
     let mut k = key(prefix, root);
     k.push(0);
     k
+}
+
+impl Drop for Flusher {
+    /// Stop the thread (it holds a handle on the database, whose lock must go with the store).
+    fn drop(&mut self) {
+        {
+            let _req = self.shared.requested.lock().expect("flush lock");
+            self.shared
+                .stop
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl SledStore {
@@ -80,7 +187,8 @@ impl SledStore {
                 db.flush().map_err(io)?;
             }
         }
-        Ok(SledStore { db })
+        let flusher = Flusher::start(db.clone());
+        Ok(SledStore { db, flusher })
     }
 
     /// Another tree of the same database (the loop memory, feedback): one directory, one lock.
@@ -201,7 +309,7 @@ impl Store for SledStore {
     }
 
     fn flush(&self) -> StoreFuture<'_> {
-        Box::pin(async move { self.db.flush_async().await.map(|_| ()).map_err(io) })
+        Box::pin(self.flusher.flush())
     }
 }
 
