@@ -1267,7 +1267,9 @@ fn log_audit(records: &[AuditRecord]) {
                 pivot_count,
                 entropy_count_at_trigger,
             ),
-            AuditEvent::GateTriggered { loop_count, reason } => tracing::warn!(
+            // Info, not warn: a gate is the service doing its job, and `score` over many runs
+            // would otherwise flood stderr.
+            AuditEvent::GateTriggered { loop_count, reason } => tracing::info!(
                 event = "gate_triggered",
                 task_id = %r.task_id,
                 agent_id = r.agent_id.as_deref().unwrap_or(""),

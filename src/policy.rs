@@ -249,9 +249,12 @@ pub fn decide(
             .kind_ladder(kind)
             .map(|l| pick(l, 1))
             .unwrap_or(ActionSpec::new(ActionType::Terminate));
-        ctx.audit.push(AuditEvent::BudgetExhausted {
-            events: state.events_total,
-        });
+        // Recorded (and logged) once, when the budget runs out, not for every event after it.
+        if state.status != TaskStatus::Terminated {
+            ctx.audit.push(AuditEvent::BudgetExhausted {
+                events: state.events_total,
+            });
+        }
         let action = ctx.action(state, spec);
         return Decision {
             action,
