@@ -5,7 +5,7 @@ use crate::config::Config;
 use crate::event::{Envelope, Event};
 use crate::signature::{
     args_text, canonical_json, classify, head_tail, is_negative_result, is_trivial_result, key64,
-    normalize, numbers, output_text, sha256_hex, FailureSignature, TestMetrics,
+    normalize, numbers, output_text, resource_ids, sha256_hex, FailureSignature, TestMetrics,
 };
 use crate::state::{
     Entry, EntryBody, MetricsObs, ResultSig, TextSig, MAX_NUMBERS, METRICS_FROM_FAILURES,
@@ -33,6 +33,7 @@ fn text_sig(exact_text: &str, max_chars: usize) -> TextSig {
         norm: key64(&normalized),
         text: head_tail(&normalized, max_chars),
         numbers: nums,
+        ids: Vec::new(),
         vector: None,
     }
 }
@@ -72,6 +73,7 @@ pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
             let mut call = text_sig(&readable, max);
             // Identity of a call is the tool plus canonical args (seed 002), not its rendering.
             call.exact = key64(&canonical);
+            call.ids = resource_ids(&readable);
             signature = Some(SignatureView {
                 error_type: None,
                 location: None,

@@ -131,6 +131,28 @@ pub fn numbers(normalized: &str) -> Vec<String> {
         .collect()
 }
 
+static RESOURCE_ID: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\b0x[0-9a-f]{6,}\b|\b[0-9a-f]*[0-9][0-9a-f]*[a-f][0-9a-f]{10,}\b|[A-Za-z0-9_][A-Za-z0-9_-]*\.[A-Za-z][A-Za-z0-9]{0,4}\b",
+    )
+    .expect("compiles")
+});
+
+/// The resources a tool call names: file names (`test_fix2.sql`), long hex ids (`0xCE32…`,
+/// commit ids) and UUIDs, sorted and deduplicated. Two calls naming different resources are
+/// different calls however alike they read — the same procedure on another input file is not a
+/// repeat. Volatile-text normalisation would erase exactly these, so they are taken from the
+/// text as given.
+pub fn resource_ids(text: &str) -> Vec<String> {
+    let mut ids: Vec<String> = RESOURCE_ID
+        .find_iter(text)
+        .map(|m| m.as_str().to_ascii_lowercase())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
 /// Render JSON with sorted object keys and no insignificant whitespace, whatever the map order
 /// of the input (seed 002's `json.dumps(sort_keys=True)`).
 pub fn canonical_json(value: &serde_json::Value) -> String {
@@ -599,6 +621,20 @@ mod tests {
             normalize("commit a1b2c3d4e5f60718 failed")
         );
         assert_eq!(normalize("cafe1 a1"), "cafe1 a1");
+    }
+
+    #[test]
+    fn resource_ids_are_files_and_long_ids() {
+        assert_eq!(
+            resource_ids("cp test_nvl.sql test_fix2.sql && cat Test_Fix2.sql"),
+            ["test_fix2.sql", "test_nvl.sql"]
+        );
+        assert_eq!(
+            resource_ids("RsaCtfTool.py -n 0xCE3205AEFBF19FB8 -e 3").len(),
+            2
+        );
+        assert!(resource_ids("cd /testbed && python3 -m pytest -x | cat").is_empty());
+        assert_eq!(resource_ids("git show 3f9a2c1b7d4e5f60").len(), 1);
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub struct TextSig {
     pub text: String,
     /// Numbers left after normalisation (at most [`MAX_NUMBERS`]).
     pub numbers: Vec<String>,
+    /// Tool calls only: the resources the call names (file names, long hex ids, UUIDs), which
+    /// must agree for two calls to be the same.
+    #[serde(default)]
+    pub ids: Vec<String>,
     /// Set once computed; never persisted (recomputed through the embedding cache after a restart).
     #[serde(skip)]
     pub vector: Option<Vector>,

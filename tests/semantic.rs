@@ -353,14 +353,14 @@ async fn different_searches_that_all_find_nothing_are_a_loop() {
             call_with(
                 "t",
                 "bash",
-                json!({"command": "pip3 install 'torch==2.9.1'"}),
+                json!({"command": "conda install -y -c pytorch pytorch=2.9.1"}),
                 "ERROR: No matching distribution found for torch==2.9.1",
                 true,
             ),
             call_with(
                 "t",
                 "bash",
-                json!({"command": "python -m pip install torch==2.9.1 --no-cache-dir"}),
+                json!({"command": "uv add torch==2.9.1 --frozen"}),
                 "ERROR: No matching distribution found for torch==2.9.1",
                 true,
             ),
@@ -438,4 +438,31 @@ async fn unrelated_events_do_not_match() {
     )
     .await;
     assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
+async fn an_exact_repeat_keeps_the_rewordings_between_its_occurrences() {
+    // a, b (a reworded), a: the third is decided on keys without the model, and still counts
+    // b as an occurrence.
+    let e = engine(Config::default());
+    let a = || {
+        call_with(
+            "t",
+            "search_docs",
+            json!({"query": "how to configure retry backoff in the http client"}),
+            "No documentation pages matched your query.",
+            false,
+        )
+    };
+    let b = call_with(
+        "t",
+        "search_docs",
+        json!({"query": "http client retry backoff configuration"}),
+        "No documentation pages matched your query.",
+        false,
+    );
+    let vs = feed(&e, vec![a(), b, a()]).await;
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
+    assert_eq!(vs[2].kind, LoopKind::ExactRepeat);
+    assert!(vs[2].reason.contains("the 3rd time"), "{}", vs[2].reason);
 }

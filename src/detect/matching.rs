@@ -112,6 +112,9 @@ fn semantic_on(cfg: &DetectConfig, channel: Channel) -> bool {
 fn key_level(a: &TextSig, b: &TextSig) -> Option<Level> {
     if a.exact == b.exact {
         Some(Level::Exact)
+    } else if a.ids != b.ids {
+        // Another file, another object id: the same command on a different resource.
+        Some(Level::None)
     } else if a.norm == b.norm {
         Some(Level::Normalized)
     } else if a.numbers != b.numbers {
@@ -350,5 +353,41 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
             stale: is_stale(cfg, e, w),
         });
     }
+    inherit_identity(state, &mut out);
     out
+}
+
+/// On the exact fast path the model is not asked, so the new event is not compared with the
+/// rewordings of what it equals. It inherits their identity instead: if it equals `a`, and `b`
+/// was found to be `a` reworded (or `a` to be `b`), it is `b` too — "a, b reworded, a" stays
+/// three occurrences of one thing.
+fn inherit_identity(state: &TaskState, links: &mut [Link]) {
+    let exact: Vec<u64> = links
+        .iter()
+        .filter(|l| l.same && !l.stale && l.exact())
+        .map(|l| l.seq)
+        .collect();
+    if exact.is_empty() {
+        return;
+    }
+    // Everything the exactly matched entries are the same as, in either direction.
+    let mut alike: Vec<u64> = Vec::new();
+    for w in &state.window {
+        if exact.contains(&w.seq) {
+            alike.extend(&w.same_as);
+        } else if w.same_as.iter().any(|s| exact.contains(s)) {
+            alike.push(w.seq);
+        }
+    }
+    for l in links.iter_mut() {
+        if !l.same && !l.stale && alike.contains(&l.seq) {
+            l.same = true;
+            if l.text < Level::Semantic {
+                l.text = Level::Semantic;
+            }
+            if l.result.is_some_and(|r| r < Level::Semantic) {
+                l.result = Some(Level::Semantic);
+            }
+        }
+    }
 }
