@@ -18,7 +18,9 @@
 //! - [`verdict`]: verdicts out.
 //! - [`config`]: one configuration type for file, environment and flags.
 //! - [`score`]: batch scoring of recorded runs (`loopguard score`).
+//! - [`calibrate`]: threshold calibration on labelled pairs and runs (`loopguard calibrate`).
 
+pub mod calibrate;
 pub mod config;
 pub mod detect;
 pub mod embed;

@@ -1,5 +1,6 @@
 //! Command-line interface. Each command lives in its own module; the engine is in the library.
 
+mod calibrate;
 mod compare;
 mod loops;
 mod score;
@@ -65,6 +66,10 @@ pub enum Command {
     Openapi,
     /// Print the effective configuration (defaults < --config file < LOOPGUARD_* environment).
     Config,
+    /// Calibrate thresholds on labelled data: text pairs (per-kind ROC/PR, thresholds, lexical
+    /// baselines) or recorded runs (a sweep of settings); writes a report, charts and a config
+    /// snippet.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 pub fn init_logging(format: LogFormat, filter: &str) {
@@ -100,6 +105,7 @@ pub fn main() -> ExitCode {
         Command::Compare(args) => compare::run(&cli, args),
         Command::Loops(cmd) => loops::run_loops(&cli, cmd),
         Command::Feedback(cmd) => loops::run_feedback(&cli, cmd),
+        Command::Calibrate(args) => calibrate::run(&cli, args),
         Command::Openapi => {
             print!("{}", crate::server::openapi::document_json());
             Ok(())
