@@ -1,5 +1,6 @@
 //! Cross-task loop memory: insert and query latency with 10k stored loops (and 1M with
-//! `LOOPGUARD_BENCH_1M=1`), and recall@10 of the HNSW search against brute force.
+//! `LOOPGUARD_BENCH_1M=1`), recall@10 of the HNSW search against brute force, and the latency of
+//! brute force itself as the baseline.
 //!
 //! Run: `cargo bench --bench memory` (no model needed). The vectors are synthetic: 384-d, L2-
 //! normalised, drawn around one centre per 100 points (loops come in families of rewordings),
@@ -134,6 +135,24 @@ fn bench_size(c: &mut Criterion, n: usize) {
         b.iter_batched(
             || data.point(),
             |q| mem.similar(&q, 3, 0.75, None),
+            BatchSize::SmallInput,
+        )
+    });
+    // The baseline the index has to beat: cosine against every stored loop, best three kept.
+    g.bench_function("brute_force_top3", |b| {
+        b.iter_batched(
+            || data.point(),
+            |q| {
+                let mut best = [(f32::MIN, 0usize); 3];
+                for (i, v) in vectors.iter().enumerate() {
+                    let sim = cosine(v, &q);
+                    if sim > best[2].0 {
+                        best[2] = (sim, i);
+                        best.sort_by(|a, b| b.0.total_cmp(&a.0));
+                    }
+                }
+                best
+            },
             BatchSize::SmallInput,
         )
     });

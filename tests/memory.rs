@@ -243,20 +243,44 @@ async fn the_service_keeps_the_memory_across_restarts_and_feedback_exports_for_c
         })
         .collect();
     assert_eq!(labels, ["no_loop", "loop"]);
-    for line in runs.lines() {
-        loopguard::score::parse_run(line).expect("a labelled run in score/calibrate format");
+    // Both files are calibration input as they are: `loopguard calibrate` reads them and
+    // reports on exactly the exported examples.
+    for (what, file) in [("pairs", &pf), ("runs", &rf)] {
+        let report_dir = out.path().join(what);
+        let calibrated = std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"))
+            .args(["calibrate", what])
+            .arg(file)
+            .arg("--out-dir")
+            .arg(&report_dir)
+            .output()
+            .unwrap();
+        assert!(
+            calibrated.status.success(),
+            "calibrate {what}: {}",
+            String::from_utf8_lossy(&calibrated.stderr)
+        );
+        let report: Value =
+            serde_json::from_str(&std::fs::read_to_string(report_dir.join("report.json")).unwrap())
+                .unwrap();
+        // One example of each label: the false positive and the missed loop.
+        let counts = if what == "pairs" {
+            let kinds = report["groups"].as_array().unwrap().iter();
+            kinds
+                .filter(|g| g["group"] != "all")
+                .fold((0, 0), |(p, n), g| {
+                    (
+                        p + g["positives"].as_u64().unwrap(),
+                        n + g["negatives"].as_u64().unwrap(),
+                    )
+                })
+        } else {
+            (
+                report["loops"].as_u64().unwrap(),
+                report["no_loops"].as_u64().unwrap(),
+            )
+        };
+        assert_eq!(counts, (1, 1), "calibrate {what}: {report:#}");
     }
-    let scored = std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"))
-        .args(["score", "--summary"])
-        .arg(&rf)
-        .output()
-        .unwrap();
-    assert!(
-        scored.status.success(),
-        "{}",
-        String::from_utf8_lossy(&scored.stderr)
-    );
-    assert_eq!(String::from_utf8(scored.stdout).unwrap().lines().count(), 2);
     // The offline similar-loop query reads the same memory.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_loopguard"))
         .args(["loops", "similar", B_REWORDED[0], "--data-dir"])

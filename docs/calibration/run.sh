@@ -24,7 +24,7 @@ for v in $(compgen -e | grep '^LOOPGUARD_' || true); do unset "$v"; done
 
 python3 models/fetch.py
 cargo build --release --quiet
-# --log error: the engine logs every gate it triggers as a warning, thousands in a sweep.
+# --log error: the engine logs every gate it triggers, thousands in a sweep.
 LG="./target/release/loopguard --log error"
 started=$SECONDS
 step() { echo "== $* ($((SECONDS - started)) s)" >&2; }
