@@ -56,14 +56,7 @@ async fn reworded_failures_loop_and_pause_at_the_gate_then_reset_clears_it() {
     let (_, v) = post(&client, &s, failure("web-1", REWORDED[0])).await;
     assert_eq!(v["loop"], false, "the reset cleared the window");
 
-    let h: Value = client
-        .get(s.url("/v1/tasks/web-1/history"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let h: Value = s.get_json(&client, "/v1/tasks/web-1/history").await;
     let kinds: Vec<&str> = h["records"]
         .as_array()
         .unwrap()
@@ -91,24 +84,10 @@ async fn a_subtask_counts_toward_its_parent() {
         let body = json!({"task_id": format!("epic-9/sub-{i}"), "parent_task_id": "epic-9", "agent_id": format!("agent-{i}"), "event": {"type": "failure", "message": m}});
         post(&client, &s, body).await;
     }
-    let parent: Value = client
-        .get(s.url("/v1/tasks/epic-9"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let parent: Value = s.get_json(&client, "/v1/tasks/epic-9").await;
     assert_eq!(parent["loop_count"], 2, "{parent:#}");
     // Task ids go into the path percent-encoded.
-    let sub: Value = client
-        .get(s.url("/v1/tasks/epic-9%2Fsub-2"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let sub: Value = s.get_json(&client, "/v1/tasks/epic-9%2Fsub-2").await;
     assert_eq!(sub["root_task_id"], "epic-9");
     assert_eq!(sub["loop_count"], 2);
 }
@@ -133,14 +112,7 @@ async fn state_survives_a_graceful_restart() {
     }
     let s = Server::start(dir.path(), &[]);
     s.ready(&client).await;
-    let t: Value = client
-        .get(s.url("/v1/tasks/durable"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let t: Value = s.get_json(&client, "/v1/tasks/durable").await;
     assert_eq!(t["events_total"], 3);
     assert_eq!(t["loop_count"], 2);
     assert_eq!(t["pivot_count"], 1);
@@ -192,14 +164,7 @@ async fn concurrent_load_never_hangs() {
     for h in done.unwrap() {
         h.unwrap();
     }
-    let t: Value = client
-        .get(s.url("/v1/tasks/load-7"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let t: Value = s.get_json(&client, "/v1/tasks/load-7").await;
     assert_eq!(t["events_total"], 30);
     assert_eq!(t["loop_count"], 29);
 }
@@ -214,14 +179,7 @@ async fn openapi_and_operational_endpoints_answer() {
         200
     );
     s.ready(&client).await;
-    let doc: Value = client
-        .get(s.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: Value = s.get_json(&client, "/openapi.json").await;
     assert!(doc["paths"]["/v1/evaluate"]["post"].is_object());
     let metrics = client
         .get(s.url("/metrics"))

@@ -126,6 +126,18 @@ impl Server {
         format!("{}{path}", self.base)
     }
 
+    /// GET a path and parse the JSON answer, whatever the status.
+    pub async fn get_json(&self, client: &reqwest::Client, path: &str) -> serde_json::Value {
+        client
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     /// Wait until /readyz says the model is warm.
     pub async fn ready(&self, client: &reqwest::Client) {
         for _ in 0..600 {
