@@ -1,5 +1,5 @@
-//! Cross-task loop memory: insert and query latency with 10k stored loops (and 1M with
-//! `LOOPGUARD_BENCH_1M=1`), recall@10 of the HNSW search against brute force, and the latency of
+//! Cross-task loop memory: insert and query latency with 10k stored loops (also 100k, the default
+//! `memory.max_records`, with `LOOPGUARD_BENCH_100K=1`, and 1M with `LOOPGUARD_BENCH_1M=1`), recall@10 of the HNSW search against brute force, and the latency of
 //! brute force itself as the baseline.
 //!
 //! Run: `cargo bench --bench memory` (no model needed). The vectors are synthetic: 384-d, L2-
@@ -80,6 +80,8 @@ fn build(n: usize) -> (LoopMemory, Vec<Vector>, Data) {
     let mut cfg = Config::default().memory;
     // Room to insert without evicting while measuring.
     cfg.max_records = n * 2;
+    // Measure the index, not the exact search loopguard uses below 20k records.
+    cfg.exact_search_max_records = 0;
     let mem = LoopMemory::in_memory(cfg);
     let mut data = Data::new(n);
     let vectors: Vec<Vector> = (0..n).map(|_| data.point()).collect();
@@ -172,6 +174,9 @@ fn bench_size(c: &mut Criterion, n: usize) {
 
 fn bench(c: &mut Criterion) {
     bench_size(c, 10_000);
+    if std::env::var_os("LOOPGUARD_BENCH_100K").is_some() {
+        bench_size(c, 100_000);
+    }
     if std::env::var_os("LOOPGUARD_BENCH_1M").is_some() {
         bench_size(c, 1_000_000);
     }

@@ -35,6 +35,7 @@ pub struct MemoryConfig {
     pub k: usize,
     pub min_similarity: f32,
     pub dedupe_similarity: f32,
+    pub exact_search_max_records: usize,
     pub max_connections: usize,
     pub ef_construction: usize,
     pub ef_search: usize,
