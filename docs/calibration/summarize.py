@@ -408,10 +408,10 @@ def markdown(r):
       "- **The pair sets define *the same* differently from the engine.** Duplicate bug reports are rewordings by different "
       "people, looser than an agent's repeated failure; tau-bench labels a request by its task, stricter than the same request "
       "reworded. Both are said where they decide something.\n"
-      "- **The exact fast path hides rewordings in the window.** When a new event equals an earlier one by its keys, the "
-      "engine skips the model entirely, so a reworded event between them is not matched: *a, b (reworded), a* has one "
-      "match, not two, and is not a response or same-error loop. This is engine behaviour (src/detect/matching.rs, "
-      "`exact_identity`), reported rather than calibrated around.\n"
+      "- **The exact fast path does not ask the model.** When a new event equals an earlier one by its keys, it is not "
+      "compared with the window by cosine; it inherits the identity of the rewordings already matched to what it equals "
+      "(*a, b (reworded), a* is three occurrences of one thing), but a rewording the engine never matched stays apart. "
+      "This is engine behaviour (src/detect/matching.rs, `inherit_identity`), reported rather than calibrated around.\n"
       "- The healthy runs all come from one agent family (mini-swe-agent with DeepSeek models); other agents' legitimate "
       "repetition may differ.\n")
     # One block per w() call, a blank line between blocks (Markdown needs it around tables).
