@@ -292,6 +292,11 @@ impl LoopMemory {
         self.len() == 0
     }
 
+    /// A background index build is under way (start-up, or the rebuild after evictions).
+    pub fn index_building(&self) -> bool {
+        self.inner.read().expect("memory lock").rebuilding
+    }
+
     /// Points in the index, evicted ones included (the rebuild bound).
     pub fn indexed_points(&self) -> usize {
         self.inner.read().expect("memory lock").indexed
@@ -661,6 +666,7 @@ mod tests {
         let before = m.similar(&q, 3, 0.0, None);
         m.wait_for_index();
         assert!(m.inner.read().unwrap().index_ready);
+        assert!(!m.index_building());
         let after = m.similar(&q, 3, 0.0, None);
         assert_eq!(before[0].task_id, "t123");
         assert_eq!(before, after);

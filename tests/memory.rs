@@ -212,6 +212,13 @@ async fn the_service_keeps_the_memory_across_restarts_and_feedback_exports_for_c
             .contains("loopguard_feedback_total{label=\"false_positive\",kind=\"exact_repeat\"} 1"),
         "{metrics}"
     );
+    // After the restart the index is built in the background (a handful of records: done at once
+    // or nearly); the gauge is there either way.
+    assert!(
+        metrics.contains("loopguard_loop_memory_index_building 0")
+            || metrics.contains("loopguard_loop_memory_index_building 1"),
+        "{metrics}"
+    );
     assert!(s.terminate().success());
 
     // Offline, the same export from the data directory, and it is valid calibration input:

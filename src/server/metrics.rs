@@ -412,6 +412,13 @@ impl Collector for LiveStats {
                 None,
                 n.metric_type(),
             )?)?;
+            let building = ConstGauge::new(i64::from(m.index_building()));
+            building.encode(encoder.encode_descriptor(
+                "loop_memory_index_building",
+                "1 while the loop memory's index is built in the background (start-up, after evictions)",
+                None,
+                building.metric_type(),
+            )?)?;
         }
         let cached = ConstGauge::new(self.engine.cached_tasks() as i64);
         cached.encode(encoder.encode_descriptor(
