@@ -466,3 +466,58 @@ async fn an_exact_repeat_keeps_the_rewordings_between_its_occurrences() {
     assert_eq!(vs[2].kind, LoopKind::ExactRepeat);
     assert!(vs[2].reason.contains("the 3rd time"), "{}", vs[2].reason);
 }
+
+#[tokio::test]
+async fn a_rewording_of_a_rewording_with_the_same_output_counts_all_three() {
+    // From pydicom-1694 in the reworded runs: the second and third commands are each a
+    // rewording of the first (cosine ≥ 0.98), but only nearly one of each other; with the same
+    // output the three are one action run three times.
+    let e = engine(Config::default());
+    let output =
+        "<returncode>0</returncode>\n<output>\nDataset created with IS field containing '2.0'\n\
+                  Element value: 2.0\nElement VR: IS\nSuccess! JSON dict created: \
+                  {'00100020': {'vr': 'IS', 'Value': [2]}}\n</output>";
+    let run = |command: &str| call_with("t", "bash", json!({ "command": command }), output, false);
+    let vs = feed(
+        &e,
+        vec![
+            run("cd /testbed && python reproduce_issue.py"),
+            run("python reproduce_issue.py"),
+            run("cd /testbed && python3 reproduce_issue.py"),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
+    assert_eq!(vs[2].kind, LoopKind::SemanticRepeat);
+}
+
+#[tokio::test]
+async fn one_reply_template_walked_over_different_items_is_not_a_loop() {
+    // tau-bench task33/trial0: each reply resembles its neighbour, none is the same reply.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            response(
+                "t",
+                "The reservation **NM1VX1** is in basic economy class, which cannot be modified to \
+                 change flights or cabin class. Therefore, I cannot upgrade this reservation to \
+                 business class.\n\nLet's proceed with checking the next reservation, **KC18K6**.",
+            ),
+            response(
+                "t",
+                "The reservation **KC18K6** is also in basic economy class, which cannot be modified \
+                 to change flights or cabin class. Therefore, I cannot upgrade this reservation to \
+                 business class either.\n\nLet's proceed with checking the next reservation, **H8Q05L**.",
+            ),
+            response(
+                "t",
+                "The reservation **H8Q05L** is also in basic economy class, which cannot be modified \
+                 to change flights or cabin class. Therefore, I cannot upgrade this reservation to \
+                 business class either.\n\nLet's proceed with checking the final reservation, **WUNA5K**.",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}

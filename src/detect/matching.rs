@@ -361,26 +361,44 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
 /// rewordings of what it equals. It inherits their identity instead: if it equals `a`, and `b`
 /// was found to be `a` reworded (or `a` to be `b`), it is `b` too — "a, b reworded, a" stays
 /// three occurrences of one thing.
+///
+/// A reworded match passes identity on too, but only between tool calls whose call and result
+/// the new event nearly matches itself (the grey band): `a`, `a'` (same as `a`), `a''` (same as
+/// `a`, grey against `a'`, the same output) are three occurrences. Not for responses and other
+/// result-less events: "reservation X is basic economy", "… Y is also …", "… Z is also …" each
+/// resemble their neighbour, and chaining them would count a walk over items as a loop
+/// (tau-bench task33/trial0).
 fn inherit_identity(state: &TaskState, links: &mut [Link]) {
-    let exact: Vec<u64> = links
-        .iter()
-        .filter(|l| l.same && !l.stale && l.exact())
-        .map(|l| l.seq)
-        .collect();
-    if exact.is_empty() {
+    let seeds = |exact: bool| -> Vec<u64> {
+        links
+            .iter()
+            .filter(|l| l.same && !l.stale && l.exact() == exact)
+            .map(|l| l.seq)
+            .collect()
+    };
+    let (exact, reworded) = (seeds(true), seeds(false));
+    if exact.is_empty() && reworded.is_empty() {
         return;
     }
-    // Everything the exactly matched entries are the same as, in either direction.
-    let mut alike: Vec<u64> = Vec::new();
-    for w in &state.window {
-        if exact.contains(&w.seq) {
-            alike.extend(&w.same_as);
-        } else if w.same_as.iter().any(|s| exact.contains(s)) {
-            alike.push(w.seq);
+    // Everything the matched entries are the same as, in either direction.
+    let alike = |matched: &[u64]| -> Vec<u64> {
+        let mut out = Vec::new();
+        for w in &state.window {
+            if matched.contains(&w.seq) {
+                out.extend(&w.same_as);
+            } else if w.same_as.iter().any(|s| matched.contains(s)) {
+                out.push(w.seq);
+            }
         }
-    }
+        out
+    };
+    let (alike_exact, alike_reworded) = (alike(&exact), alike(&reworded));
     for l in links.iter_mut() {
-        if !l.same && !l.stale && alike.contains(&l.seq) {
+        if l.same || l.stale {
+            continue;
+        }
+        let near = l.text >= Level::Grey && l.result.is_some_and(|r| r >= Level::Grey);
+        if alike_exact.contains(&l.seq) || (near && alike_reworded.contains(&l.seq)) {
             l.same = true;
             if l.text < Level::Semantic {
                 l.text = Level::Semantic;
