@@ -12,6 +12,13 @@ fn first_loop(vs: &[loopguard::Verdict]) -> Option<usize> {
     vs.iter().position(|v| v.is_loop)
 }
 
+/// The first loop verdict is the one for event `index`, and of this kind.
+#[track_caller]
+fn assert_first_loop(vs: &[loopguard::Verdict], index: usize, kind: LoopKind) {
+    assert_eq!(first_loop(vs), Some(index), "{vs:#?}");
+    assert_eq!(vs[index].kind, kind, "{vs:#?}");
+}
+
 #[tokio::test]
 async fn three_rewordings_of_one_failure_are_a_loop() {
     let e = engine(Config::default());
@@ -107,8 +114,7 @@ async fn three_paraphrased_tool_calls_with_the_same_result_are_a_loop() {
         ],
     )
     .await;
-    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
-    assert_eq!(vs[2].kind, LoopKind::SemanticRepeat);
+    assert_first_loop(&vs, 2, LoopKind::SemanticRepeat);
 }
 
 #[tokio::test]
@@ -199,8 +205,7 @@ async fn polling_with_a_moving_number_is_progress() {
             .collect(),
     )
     .await;
-    assert_eq!(first_loop(&vs), Some(2));
-    assert_eq!(vs[2].kind, LoopKind::ExactRepeat);
+    assert_first_loop(&vs, 2, LoopKind::ExactRepeat);
 }
 
 #[tokio::test]
@@ -266,7 +271,7 @@ async fn a_test_run_after_each_distinct_fix_is_progress() {
     // Re-running it with nothing changed in between is a loop.
     let e = engine(Config::default());
     let vs = feed(&e, vec![test(), test(), test()]).await;
-    assert_eq!(first_loop(&vs), Some(2));
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
 }
 
 #[tokio::test]
@@ -301,8 +306,7 @@ async fn a_reworded_a_b_a_b_oscillation_is_a_cycle() {
         true,
     );
     let vs = feed(&e, vec![a1, b1, a2, b2]).await;
-    assert_eq!(first_loop(&vs), Some(3), "{vs:#?}");
-    assert_eq!(vs[3].kind, LoopKind::Cycle);
+    assert_first_loop(&vs, 3, LoopKind::Cycle);
 }
 
 #[tokio::test]
@@ -367,8 +371,7 @@ async fn different_searches_that_all_find_nothing_are_a_loop() {
         ],
     )
     .await;
-    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
-    assert_eq!(vs[2].kind, LoopKind::SameError);
+    assert_first_loop(&vs, 2, LoopKind::SameError);
 }
 
 #[tokio::test]
@@ -462,8 +465,7 @@ async fn an_exact_repeat_keeps_the_rewordings_between_its_occurrences() {
         false,
     );
     let vs = feed(&e, vec![a(), b, a()]).await;
-    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
-    assert_eq!(vs[2].kind, LoopKind::ExactRepeat);
+    assert_first_loop(&vs, 2, LoopKind::ExactRepeat);
     assert!(vs[2].reason.contains("the 3rd time"), "{}", vs[2].reason);
 }
 
@@ -487,8 +489,7 @@ async fn a_rewording_of_a_rewording_with_the_same_output_counts_all_three() {
         ],
     )
     .await;
-    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
-    assert_eq!(vs[2].kind, LoopKind::SemanticRepeat);
+    assert_first_loop(&vs, 2, LoopKind::SemanticRepeat);
 }
 
 #[tokio::test]
