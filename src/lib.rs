@@ -20,6 +20,7 @@
 //! - [`score`]: batch scoring of recorded runs (`loopguard score`).
 //! - [`calibrate`]: threshold calibration on labelled pairs and runs (`loopguard calibrate`).
 
+pub mod audit;
 pub mod calibrate;
 pub mod config;
 pub mod detect;
@@ -28,9 +29,8 @@ pub mod engine;
 pub mod event;
 pub mod feedback;
 pub mod judge;
-pub mod memory;
-pub mod observe;
-pub mod policy;
+pub mod loop_memory;
+
 pub mod score;
 pub mod signature;
 pub mod state;

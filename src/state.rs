@@ -4,6 +4,7 @@
 //! A subtask has no state of its own: it shares its root task's state (seed 000's "subtasks
 //! inherit the parent's counter"), so the state is keyed by the root task id.
 
+use crate::audit::AuditEvent;
 use crate::embed::Vector;
 use crate::signature::{ErrorType, TestMetrics};
 use crate::verdict::{LoopKind, TaskStatus};
@@ -116,6 +117,19 @@ impl EntryBody {
         }
     }
 
+    /// The event type this entry came from, as the input contract names it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EntryBody::Failure { .. } => "failure",
+            EntryBody::ToolCall { .. } => "tool_call",
+            EntryBody::Response { .. } => "response",
+            EntryBody::Collaboration { .. } => "collaboration",
+            EntryBody::Transition { .. } => "transition",
+            EntryBody::Progress { .. } => "progress",
+            EntryBody::Outcome { .. } => "outcome",
+        }
+    }
+
     /// The text shown as `matched.text` when this entry is matched.
     pub fn display_text(&self) -> String {
         match self {
@@ -194,6 +208,22 @@ pub struct PeriodicRun {
     pub period: usize,
     /// Pattern events since the run was last counted.
     pub since_counted: usize,
+}
+
+impl PeriodicRun {
+    /// The run after one more pattern event: counted ones start the count again.
+    pub fn advance(run: Option<PeriodicRun>, period: usize, counts: bool) -> PeriodicRun {
+        match run {
+            Some(r) if r.period == period && !counts => PeriodicRun {
+                period,
+                since_counted: r.since_counted + 1,
+            },
+            _ => PeriodicRun {
+                period,
+                since_counted: 0,
+            },
+        }
+    }
 }
 
 /// What a past verdict said, kept for `GET /v1/tasks/{id}`.
@@ -317,6 +347,100 @@ impl TaskState {
         self.failures_since_progress = 0;
         self.cycle = None;
         self.transition_cycle = None;
+    }
+
+    /// A new event: its sequence number, counted against the budget. `ts` is its time.
+    pub fn begin_event(&mut self, ts: i64) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.events_total += 1;
+        self.updated_ts = ts;
+        seq
+    }
+
+    /// The task's goal is the first one an event gives (the judge reads it).
+    pub fn note_goal(&mut self, goal: Option<&str>) {
+        if self.goal.is_none() {
+            self.goal = goal.map(str::to_string);
+        }
+    }
+
+    /// The agent of a new event. Changing agents does not reset the loop counter (no gaming the
+    /// counter by rotating agents); the change is only recorded.
+    pub fn note_agent(&mut self, agent: Option<&str>) -> Option<AuditEvent> {
+        let agent = agent?;
+        let changed = self
+            .last_agent
+            .as_deref()
+            .is_some_and(|a| a != agent)
+            .then(|| AuditEvent::AgentChanged {
+                from: self.last_agent.clone(),
+                to: agent.to_string(),
+            });
+        self.last_agent = Some(agent.to_string());
+        changed
+    }
+
+    /// Track workflow-step entries (per-step iteration limits): the step a transition enters, or
+    /// the envelope's `step` when it differs from the current one. Returns the step entered and
+    /// how often it has been entered, this time included.
+    pub fn enter_step(
+        &mut self,
+        step: Option<&str>,
+        transition_to: Option<&str>,
+    ) -> Option<(String, u32)> {
+        let entered = match transition_to {
+            Some(to) => to,
+            None => step.filter(|s| self.current_step.as_deref() != Some(*s))?,
+        };
+        self.current_step = Some(entered.to_string());
+        let n = self.step_entries.entry(entered.to_string()).or_insert(0);
+        *n += 1;
+        Some((entered.to_string(), *n))
+    }
+
+    /// After detection, before policy: carry periodic runs on (a cycle is counted once per
+    /// period; any other work event ends the run), keep the transitions and test results the
+    /// detectors read next time, and count failures since progress.
+    pub fn record_detection(
+        &mut self,
+        entry: &Entry,
+        finding: Option<(LoopKind, Option<usize>, bool)>,
+        metrics: Option<MetricsObs>,
+        transitions_kept: usize,
+    ) {
+        if entry.is_work() {
+            self.cycle = match finding {
+                Some((LoopKind::Cycle, period, counts)) => Some(PeriodicRun::advance(
+                    self.cycle,
+                    period.unwrap_or(1),
+                    counts,
+                )),
+                _ => None,
+            };
+        }
+        if let EntryBody::Transition { from, to } = &entry.body {
+            self.transition_cycle =
+                match finding {
+                    Some((LoopKind::TransitionCycle, period, counts)) => Some(
+                        PeriodicRun::advance(self.transition_cycle, period.unwrap_or(1), counts),
+                    ),
+                    _ => None,
+                };
+            self.transitions.push_back((from.clone(), to.clone()));
+            while self.transitions.len() > transitions_kept {
+                self.transitions.pop_front();
+            }
+        }
+        if let Some(m) = metrics {
+            self.metrics.push_back(m);
+            while self.metrics.len() > HISTORY_KEPT {
+                self.metrics.pop_front();
+            }
+        }
+        if matches!(entry.body, EntryBody::Failure { .. }) {
+            self.failures_since_progress += 1;
+        }
     }
 
     pub fn push_entry(&mut self, entry: Entry, window: usize) {

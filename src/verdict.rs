@@ -1,5 +1,6 @@
 //! Verdicts out: the brief's output contract.
 
+use crate::judge::{JudgeStatus, JudgeVerdict};
 use crate::signature::ErrorType;
 use serde::{Deserialize, Serialize};
 
@@ -166,10 +167,9 @@ pub struct SignatureView {
 /// What the LLM judge said, when it was asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JudgeReport {
-    /// "ok", "timeout", "unavailable", "invalid", "budget_exhausted", "cached"
-    pub status: String,
+    pub status: JudgeStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub verdict: Option<String>,
+    pub verdict: Option<JudgeVerdict>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confidence: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -213,5 +213,28 @@ pub struct Verdict {
     /// For a loop: the closest loops seen in *other* tasks, with how they were resolved
     /// (cross-task loop memory, docs/MEMORY.md). Absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub similar_loops: Vec<crate::memory::SimilarLoop>,
+    pub similar_loops: Vec<SimilarLoop>,
+}
+
+/// How a task's loop was resolved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Resolution {
+    /// `success` or `human_intervention`.
+    pub result: String,
+    pub note: Option<String>,
+    /// Unix seconds.
+    pub ts: i64,
+}
+
+/// A stored loop close to a query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SimilarLoop {
+    pub task_id: String,
+    pub kind: LoopKind,
+    pub tool: Option<String>,
+    pub text: String,
+    pub similarity: f32,
+    /// RFC 3339.
+    pub seen_at: String,
+    pub resolution: Option<Resolution>,
 }

@@ -110,7 +110,7 @@ async fn seed_000_gate_triggered_after_three_loops() {
     let history = e.history("task1", 100).unwrap();
     assert!(history
         .iter()
-        .any(|r| matches!(r.event, loopguard::policy::AuditEvent::GateTriggered { .. })));
+        .any(|r| matches!(r.event, loopguard::audit::AuditEvent::GateTriggered { .. })));
 }
 
 #[tokio::test]
@@ -410,7 +410,7 @@ async fn seed_003_entropy_threshold_pivot_and_reset() {
     let h = e.history("t", 100).unwrap();
     assert!(h.iter().any(|r| matches!(
         r.event,
-        loopguard::policy::AuditEvent::PivotIssued {
+        loopguard::audit::AuditEvent::PivotIssued {
             pivot_count: 1,
             entropy_count_at_trigger: 2
         }

@@ -5,7 +5,7 @@
 use super::Cli;
 use loopguard::embed::Embedder;
 use loopguard::feedback::FeedbackStore;
-use loopguard::memory::LoopMemory;
+use loopguard::loop_memory::LoopMemory;
 use loopguard::store::sled::SledStore;
 use std::path::PathBuf;
 

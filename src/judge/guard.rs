@@ -220,9 +220,9 @@ impl<B: Backend> GuardedJudge<B> {
             JudgeStatus::Ok => self.stats.ok.fetch_add(1, Relaxed),
             JudgeStatus::Timeout => self.stats.timeouts.fetch_add(1, Relaxed),
             JudgeStatus::Invalid => self.stats.invalid.fetch_add(1, Relaxed),
-            JudgeStatus::Unavailable | JudgeStatus::BudgetExhausted => {
-                self.stats.unavailable.fetch_add(1, Relaxed)
-            }
+            JudgeStatus::Unavailable
+            | JudgeStatus::BudgetExhausted
+            | JudgeStatus::NotConfigured => self.stats.unavailable.fetch_add(1, Relaxed),
         };
         let success = answer.status == JudgeStatus::Ok;
         self.record(success);

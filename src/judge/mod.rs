@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 /// The judge's classification of the current event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JudgeVerdict {
     /// The agent is moving toward the goal: not a loop.
@@ -39,10 +39,13 @@ impl JudgeVerdict {
 }
 
 /// How a judge call went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JudgeStatus {
     Ok,
+    /// No judge is configured: the fallback decided.
+    #[serde(rename = "none")]
+    NotConfigured,
     Timeout,
     Unavailable,
     /// The judge answered outside the verdict schema.
@@ -55,11 +58,25 @@ impl JudgeStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             JudgeStatus::Ok => "ok",
+            JudgeStatus::NotConfigured => "none",
             JudgeStatus::Timeout => "timeout",
             JudgeStatus::Unavailable => "unavailable",
             JudgeStatus::Invalid => "invalid",
             JudgeStatus::BudgetExhausted => "budget_exhausted",
         }
+    }
+}
+
+/// Compares with the wire name (`status == "timeout"`), as clients read it.
+impl PartialEq<&str> for JudgeStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<&str> for JudgeVerdict {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 

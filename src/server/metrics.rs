@@ -1,8 +1,10 @@
 //! Prometheus metrics. Labels are bounded: routes are templates, kinds and actions are enums,
 //! statuses are HTTP codes. Names follow `_total` / `_seconds`.
 
+use loopguard::audit::AuditMetrics;
 use loopguard::engine::Evaluation;
-use loopguard::policy::AuditEvent;
+use loopguard::judge::JudgeStatus;
+use loopguard::verdict::LoopKind;
 use loopguard::{Embedder, Engine};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -78,7 +80,7 @@ pub struct FeedbackLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
-    pub status: String,
+    pub status: &'static str,
 }
 
 fn seconds_buckets() -> impl Iterator<Item = f64> {
@@ -228,8 +230,8 @@ impl Metrics {
             .register_collector(Box::new(LiveStats { embedder, engine }));
     }
 
-    /// Record what one evaluation did: its verdict, phases and audit events (each notable event
-    /// is also one log line, emitted by the engine).
+    /// Record what one evaluation did: its verdict and phases. Its audit events are counted by
+    /// the engine, through [`Metrics::audit_counters`].
     pub fn evaluation(&self, e: &Evaluation) {
         self.events.inc();
         if e.timings.used_model {
@@ -242,10 +244,10 @@ impl Metrics {
             self.judge_seconds.observe(e.timings.judge_secs);
         }
         if let Some(j) = &v.judge {
-            if j.status != "none" {
+            if j.status != JudgeStatus::NotConfigured {
                 self.judge_outcomes
                     .get_or_create(&StatusLabels {
-                        status: j.status.clone(),
+                        status: j.status.as_str(),
                     })
                     .inc();
             }
@@ -266,28 +268,6 @@ impl Metrics {
                 .get_or_create(&PhaseLabels { phase })
                 .observe(secs);
         }
-        for r in &e.audit {
-            match &r.event {
-                AuditEvent::LoopDetected { kind, counted, .. } => {
-                    self.loops
-                        .get_or_create(&KindLabels {
-                            kind: kind.as_str(),
-                            counted: if *counted { "true" } else { "false" },
-                        })
-                        .inc();
-                }
-                AuditEvent::PivotIssued { .. } => {
-                    self.pivots.inc();
-                }
-                AuditEvent::GateTriggered { .. } => {
-                    self.gates.inc();
-                }
-                AuditEvent::CounterReset { reason, .. } => {
-                    self.reset(reason);
-                }
-                AuditEvent::AgentChanged { .. } | AuditEvent::BudgetExhausted { .. } => {}
-            }
-        }
     }
 
     pub fn feedback(&self, r: &loopguard::feedback::FeedbackRecord) {
@@ -299,12 +279,14 @@ impl Metrics {
             .inc();
     }
 
-    pub fn reset(&self, reason: &str) {
-        self.resets
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_string(),
-            })
-            .inc();
+    /// The audit counters, for the engine to count audit events as it commits them.
+    pub fn audit_counters(&self) -> AuditCounters {
+        AuditCounters {
+            loops: self.loops.clone(),
+            gates: self.gates.clone(),
+            pivots: self.pivots.clone(),
+            resets: self.resets.clone(),
+        }
     }
 
     pub fn render(&self) -> String {
@@ -312,6 +294,41 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+/// The counters of audit events; they share their values with the registered metrics.
+pub struct AuditCounters {
+    loops: Family<KindLabels, Counter>,
+    gates: Counter,
+    pivots: Counter,
+    resets: Family<ReasonLabels, Counter>,
+}
+
+impl AuditMetrics for AuditCounters {
+    fn loop_detected(&self, kind: LoopKind, counted: bool) {
+        self.loops
+            .get_or_create(&KindLabels {
+                kind: kind.as_str(),
+                counted: if counted { "true" } else { "false" },
+            })
+            .inc();
+    }
+
+    fn pivot_issued(&self) {
+        self.pivots.inc();
+    }
+
+    fn gate_triggered(&self) {
+        self.gates.inc();
+    }
+
+    fn counter_reset(&self, reason: &str) {
+        self.resets
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 }
 
@@ -404,7 +421,7 @@ impl Collector for LiveStats {
                 state.metric_type(),
             )?)?;
         }
-        if let Some(m) = self.engine.memory() {
+        if let Some(m) = self.engine.loop_memory() {
             let n = ConstGauge::new(m.len() as i64);
             n.encode(encoder.encode_descriptor(
                 "loop_memory_records",

@@ -19,7 +19,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use error::ApiError;
 use loopguard::feedback::FeedbackStore;
-use loopguard::memory::LoopMemory;
+use loopguard::loop_memory::LoopMemory;
 use loopguard::store::sled::SledStore;
 use loopguard::store::Store;
 use loopguard::{Config, Embedder, Engine};
@@ -43,7 +43,7 @@ impl Parts {
     pub fn in_memory(cfg: &Config, embedder: Embedder) -> Parts {
         Parts {
             embedder,
-            store: Arc::new(loopguard::store::MemoryStore::new()),
+            store: Arc::new(loopguard::store::InMemoryStore::new()),
             judge: None,
             memory: cfg
                 .memory
@@ -113,16 +113,17 @@ impl AppState {
             memory,
             feedback,
         } = parts;
+        let mut m = Metrics::new();
         let mut engine = Engine::with_store(Arc::clone(&cfg), embedder.clone(), Arc::clone(&store))
-            .with_feedback(feedback);
+            .with_feedback(feedback)
+            .with_audit_metrics(Arc::new(m.audit_counters()));
         if let Some(j) = judge {
             engine = engine.with_judge(j);
         }
         if let Some(m) = memory {
-            engine = engine.with_memory(m);
+            engine = engine.with_loop_memory(m);
         }
         let engine = Arc::new(engine);
-        let mut m = Metrics::new();
         m.watch(embedder, Arc::clone(&engine));
         let metrics = Arc::new(m);
         let _ = slot.set(Arc::clone(&metrics));
@@ -286,7 +287,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = sweeper.await;
     state.engine.settle().await;
-    if let Some(m) = state.engine.memory() {
+    if let Some(m) = state.engine.loop_memory() {
         m.flush().await?;
     }
     state.engine.feedback_store().flush().await?;

@@ -398,7 +398,6 @@ pub async fn reset_task(
     };
     let by = req.by.unwrap_or_else(|| "api".to_string());
     let s = state.engine.reset(&task_id, reason, &by, req.note).await?;
-    state.metrics.reset(reason.as_str());
     Ok(Json(view(&task_id, &s)))
 }
 
@@ -498,7 +497,7 @@ pub struct SimilarQuery {
 /// Loops seen before that look like a text.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct SimilarLoops {
-    pub loops: Vec<loopguard::memory::SimilarLoop>,
+    pub loops: Vec<loopguard::verdict::SimilarLoop>,
 }
 
 /// `GET /v1/loops/similar?text=…`: the closest loops in the cross-task memory, with how their
@@ -515,7 +514,7 @@ pub async fn similar_loops(
     State(state): State<Arc<AppState>>,
     Query(q): Query<SimilarQuery>,
 ) -> Result<Json<SimilarLoops>, ApiError> {
-    let Some(mem) = state.engine.memory() else {
+    let Some(mem) = state.engine.loop_memory() else {
         return Err(ApiError::not_found(
             "the loop memory is disabled ([memory] enabled = false)",
         ));

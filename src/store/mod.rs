@@ -2,12 +2,12 @@
 //! event's new state, together with its audit records, through a [`Store`] in one commit; a
 //! verdict is answered only after [`Store::flush`] made that commit durable.
 //!
-//! - [`MemoryStore`]: everything in memory (`score`, tests, library users without durability).
+//! - [`InMemoryStore`]: everything in memory (`score`, tests, library users without durability).
 //! - [`sled::SledStore`]: durable, on disk, for the service.
 
 pub mod sled;
 
-use crate::policy::AuditRecord;
+use crate::audit::AuditRecord;
 use crate::state::TaskState;
 use std::collections::HashMap;
 use std::future::Future;
@@ -54,7 +54,7 @@ pub trait Store: Send + Sync {
 
 /// Keeps everything in memory: for `score`, tests and library users who do not need durability.
 #[derive(Default)]
-pub struct MemoryStore {
+pub struct InMemoryStore {
     inner: Mutex<MemoryInner>,
 }
 
@@ -65,13 +65,13 @@ struct MemoryInner {
     links: HashMap<String, String>,
 }
 
-impl MemoryStore {
+impl InMemoryStore {
     pub fn new() -> Self {
         Self::default()
     }
 }
 
-impl Store for MemoryStore {
+impl Store for InMemoryStore {
     fn load(&self, root: &str) -> Result<Option<TaskState>, StoreError> {
         Ok(self
             .inner

@@ -14,7 +14,7 @@
 //! is a safe separator.
 
 use super::{Store, StoreError, StoreFuture};
-use crate::policy::AuditRecord;
+use crate::audit::AuditRecord;
 use crate::state::{TaskState, STATE_FORMAT_VERSION};
 use std::path::Path;
 
@@ -316,7 +316,7 @@ impl Store for SledStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::AuditEvent;
+    use crate::audit::AuditEvent;
 
     fn record(root: &str, seq: u64) -> AuditRecord {
         AuditRecord {

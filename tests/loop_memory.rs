@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use loopguard::memory::LoopMemory;
+use loopguard::loop_memory::LoopMemory;
 use loopguard::verdict::LoopKind;
 use loopguard::{Config, Engine};
 use serde_json::{json, Value};
@@ -12,7 +12,7 @@ use std::sync::Arc;
 fn engine_with_memory() -> Engine {
     let cfg = Config::default();
     let mem = Arc::new(LoopMemory::in_memory(cfg.memory.clone()));
-    Engine::new(Arc::new(cfg), model()).with_memory(mem)
+    Engine::new(Arc::new(cfg), model()).with_loop_memory(mem)
 }
 
 const A: [&str; 3] = [
@@ -327,7 +327,7 @@ async fn a_gate_and_a_tool_call_loop_are_remembered_with_their_tool() {
     let vs = feed(&e, (0..5).map(|_| call()).collect()).await;
     e.settle().await;
     assert_eq!(vs[4].action.kind, loopguard::verdict::ActionType::Pause);
-    let records = e.memory().unwrap().records();
+    let records = e.loop_memory().unwrap().records();
     assert_eq!(
         records.len(),
         1,

@@ -1,6 +1,8 @@
-//! Observation: turn an event into what the engine keeps and compares (signatures, keys,
-//! prepared texts, test metrics). Pure and cheap: no model, no state.
+//! The observe stage: turn an event into what the engine keeps and compares (signatures, keys,
+//! prepared texts, test metrics) — [`observe`] is pure and cheap: no model, no state — and do
+//! the task's bookkeeping for a new event ([`begin`]: its sequence number, goal, agent).
 
+use super::{Pass, Timings};
 use crate::config::Config;
 use crate::event::{Envelope, Event};
 use crate::signature::{
@@ -24,7 +26,45 @@ pub struct Observation {
     pub external: bool,
 }
 
-fn text_sig(exact_text: &str, max_chars: usize) -> TextSig {
+/// Start an event's pass: number it, note the task's goal and agent, observe it.
+pub(crate) fn begin(
+    cfg: &Config,
+    state: &mut crate::state::TaskState,
+    env: &Envelope,
+    ts: i64,
+) -> Pass {
+    let seq = state.begin_event(ts);
+    state.note_goal(env.goal.as_deref());
+    let audit = state
+        .note_agent(env.agent_id.as_deref())
+        .into_iter()
+        .collect();
+    let Observation {
+        entry,
+        metrics,
+        signature,
+        external,
+    } = observe(cfg, env, seq, ts);
+    Pass {
+        seq,
+        ts,
+        entry,
+        metrics,
+        signature,
+        external,
+        step_entered: None,
+        links: Vec::new(),
+        finding: None,
+        cleared: None,
+        judge: None,
+        asked_judge: false,
+        audit,
+        timings: Timings::default(),
+    }
+}
+
+/// Exact key, normalised key, prepared text and numbers of one text: how the engine compares it.
+pub fn text_sig(exact_text: &str, max_chars: usize) -> TextSig {
     let normalized = normalize(exact_text);
     let mut nums = numbers(&normalized);
     nums.truncate(MAX_NUMBERS);

@@ -1,22 +1,165 @@
-//! Policy: what to do about a loop. The graduated response of the seeds, reconciled:
+//! The policy stage: what to do about a loop — the graduated response, as a [`Decision`]:
 //!
 //! 1. a `budget` loop terminates (nothing resets the budget);
-//! 2. external failures never move the counter; they get the `policy.external` ladder;
-//! 3. a counted loop moves the loop counter (seed 000) and the entropy count (seed 003);
-//! 4. at `gate_at` counted loops the task is paused for a human (seed 000's gate);
-//! 5. a kind with its own ladder (seed 004's table) takes the action for its n-th detection;
+//! 2. external failures (network, auth, outages) never move the counter; they get the
+//!    `policy.external` ladder: retry with backoff, then escalate;
+//! 3. a counted loop moves the loop counter and the entropy count (loops since the last pivot);
+//! 4. at `gate_at` counted loops the task is paused for a human (the gate);
+//! 5. a kind with its own ladder (`policy.kinds`) takes the action for its n-th detection;
 //! 6. after `pivot_at` loops since the last pivot (`repivot_at` once one was issued) the pivot
-//!    directive is issued; past `max_pivots` the task is paused (seed 003's MAX_PIVOTS);
-//! 7. otherwise `policy.ladder` by loop count (seed 001's Warn → Warn → Terminate is a ladder).
+//!    directive is issued; past `max_pivots` the task is paused;
+//! 7. otherwise `policy.ladder` by loop count.
 //!
-//! Every change of state is also an [`AuditRecord`], committed together with the task state.
+//! Before the pipeline, [`Engine::short_circuit`] answers the events that need no detection: outcomes
+//! (success and human intervention reset the counter; an agent change does not) and events of a
+//! paused or terminated task.
+//!
+//! Every change of state is also an audit event, committed together with the task state.
 
-use crate::config::{ActionSpec, PolicyConfig};
+use super::{Engine, Pass};
+use crate::audit::AuditEvent;
+use crate::config::{ActionSpec, Config, PolicyConfig};
+use crate::event::{Envelope, Event, OutcomeKind};
 use crate::state::TaskState;
-use crate::verdict::{Action, ActionType, LoopKind, TaskStatus};
-use serde::{Deserialize, Serialize};
+use crate::verdict::{Action, ActionType, LoopKind, Matched, SimilarLoop, TaskStatus};
 
-/// The pivot directive (seed 003). It carries the pivot count and deliberately quotes nothing
+/// What the engine decided about one event. It becomes the verdict in the commit stage, once
+/// the task's counters are final.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub kind: LoopKind,
+    /// Whether the event moved the loop counter.
+    pub counted: bool,
+    pub action: Action,
+    pub reason: String,
+    pub matched: Option<Matched>,
+    pub similarity: Option<f32>,
+    /// For a loop: the closest loops of other tasks (filled in by recall).
+    pub similar_loops: Vec<SimilarLoop>,
+}
+
+impl Decision {
+    /// Not a loop: carry on.
+    pub fn proceed(reason: impl Into<String>) -> Decision {
+        Decision::act(Action::proceed(), reason)
+    }
+
+    /// Not a loop, but an action all the same (a paused or terminated task).
+    pub fn act(action: Action, reason: impl Into<String>) -> Decision {
+        Decision {
+            kind: LoopKind::None,
+            counted: false,
+            action,
+            reason: reason.into(),
+            matched: None,
+            similarity: None,
+            similar_loops: Vec::new(),
+        }
+    }
+}
+
+/// Decide the event's action from its finding (or why it is not a loop), updating the task's
+/// counters and recording audit events in the pass.
+pub(super) fn decide(cfg: &Config, state: &mut TaskState, pass: &mut Pass) -> Decision {
+    let finding = pass.finding.as_ref();
+    state.record_detection(
+        &pass.entry,
+        finding.map(|f| (f.kind, f.period, f.counts)),
+        pass.metrics,
+        cfg.detect.transitions.max_period * cfg.detect.transitions.repetitions + 1,
+    );
+    let Some(f) = finding else {
+        let reason = pass.cleared.take().unwrap_or_else(|| {
+            if pass.entry.novel {
+                "new work".to_string()
+            } else {
+                "no loop".to_string()
+            }
+        });
+        return Decision::proceed(reason);
+    };
+    let r = respond(
+        &cfg.policy,
+        state,
+        f.kind,
+        f.counts,
+        pass.external,
+        &f.reason,
+    );
+    pass.audit.extend(r.audit);
+    let matched = f.matched.and_then(|s| {
+        state.entry(s).map(|e| Matched {
+            seq: s,
+            text: e.body.display_text(),
+            similarity: f.similarity,
+        })
+    });
+    let reason = if pass.external {
+        format!("{} (external failure: not counted)", f.reason)
+    } else {
+        f.reason.clone()
+    };
+    Decision {
+        kind: f.kind,
+        counted: r.counted,
+        action: r.action,
+        reason,
+        matched,
+        similarity: f.similarity,
+        similar_loops: Vec::new(),
+    }
+}
+
+impl Engine {
+    /// Events answered before detection: an outcome, or an event of a task that is paused or
+    /// terminated. The budget is checked first: nothing resets it, not even a pause.
+    pub(super) fn short_circuit(
+        &self,
+        state: &mut TaskState,
+        env: &Envelope,
+        pass: &mut Pass,
+    ) -> Option<Decision> {
+        let cfg = &*self.cfg;
+        if let Event::Outcome(o) = &env.event {
+            let mut reason = format!("outcome: {}", o.result.as_str());
+            if o.result.resets_counter() {
+                pass.audit.push(AuditEvent::CounterReset {
+                    previous_count: state.loop_count,
+                    reason: o.result.as_str().to_string(),
+                    by: "outcome event".into(),
+                    note: o.note.clone(),
+                });
+                self.resolve_loops(&state.root, o.result.as_str(), o.note.clone(), pass.ts);
+                state.reset();
+                reason.push_str("; loop counter reset");
+            } else if o.result == OutcomeKind::AgentChanged {
+                reason.push_str("; loop counter kept (agent changes never reset it)");
+            }
+            return Some(Decision::proceed(reason));
+        }
+        let budget_hit = cfg.detect.enabled.budget
+            && cfg.detect.budget.max_events > 0
+            && state.events_total > cfg.detect.budget.max_events;
+        if budget_hit || state.status == TaskStatus::Active {
+            return None;
+        }
+        let (kind, why) = match state.status {
+            TaskStatus::Paused => (
+                ActionType::Pause,
+                "task is paused for human intervention; reset it to continue",
+            ),
+            _ => (ActionType::Terminate, "task was terminated"),
+        };
+        let action = Action {
+            kind,
+            target: None,
+            message: Some(why.to_string()),
+        };
+        Some(Decision::act(action, why))
+    }
+}
+
+/// The pivot directive. It carries the pivot count and deliberately quotes nothing
 /// from earlier attempts: repeating the failed approach back to the agent would reinforce it.
 pub fn pivot_directive(pivot_count: u32) -> String {
     format!(
@@ -30,69 +173,9 @@ pub fn pivot_directive(pivot_count: u32) -> String {
     )
 }
 
-/// One entry of a task's audit trail (seed 003's `strategy_pivots` table, and more).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AuditRecord {
-    /// Unix seconds.
-    pub ts: i64,
-    pub seq: u64,
-    pub task_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub agent_id: Option<String>,
-    #[serde(flatten)]
-    pub event: AuditEvent,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum AuditEvent {
-    LoopDetected {
-        kind: LoopKind,
-        loop_count: u32,
-        counted: bool,
-        reason: String,
-    },
-    PivotIssued {
-        pivot_count: u32,
-        entropy_count_at_trigger: u32,
-    },
-    GateTriggered {
-        loop_count: u32,
-        reason: String,
-    },
-    #[serde(rename = "loop_counter_reset")]
-    CounterReset {
-        previous_count: u32,
-        reason: String,
-        by: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        note: Option<String>,
-    },
-    AgentChanged {
-        from: Option<String>,
-        to: String,
-    },
-    BudgetExhausted {
-        events: u64,
-    },
-}
-
-impl AuditEvent {
-    pub fn name(&self) -> &'static str {
-        match self {
-            AuditEvent::LoopDetected { .. } => "loop_detected",
-            AuditEvent::PivotIssued { .. } => "pivot_issued",
-            AuditEvent::GateTriggered { .. } => "gate_triggered",
-            AuditEvent::CounterReset { .. } => "loop_counter_reset",
-            AuditEvent::AgentChanged { .. } => "agent_changed",
-            AuditEvent::BudgetExhausted { .. } => "budget_exhausted",
-        }
-    }
-}
-
-/// The policy's answer for one loop finding.
+/// The ladder's answer for one loop finding.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
+pub struct Response {
     pub action: Action,
     pub counted: bool,
     pub audit: Vec<AuditEvent>,
@@ -125,14 +208,15 @@ fn hint(kind: LoopKind) -> &'static str {
     }
 }
 
-struct Ctx<'a> {
+/// One application of the ladders: what it needs to word actions and record audit events.
+struct Ruling<'a> {
     cfg: &'a PolicyConfig,
     kind: LoopKind,
     reason: &'a str,
     audit: Vec<AuditEvent>,
 }
 
-impl Ctx<'_> {
+impl Ruling<'_> {
     fn action(&mut self, state: &mut TaskState, spec: ActionSpec) -> Action {
         match spec.kind {
             ActionType::Pivot => self.pivot_or_pause(state),
@@ -226,19 +310,19 @@ impl Ctx<'_> {
     }
 }
 
-/// Decide the action for a loop finding and update the counters.
+/// The action for a loop finding, with the counters updated.
 ///
 /// `counts` is false for events that continue a periodic loop already counted this period;
 /// `external` for failures outside the agent's control.
-pub fn decide(
+pub fn respond(
     cfg: &PolicyConfig,
     state: &mut TaskState,
     kind: LoopKind,
     counts: bool,
     external: bool,
     reason: &str,
-) -> Decision {
-    let mut ctx = Ctx {
+) -> Response {
+    let mut ctx = Ruling {
         cfg,
         kind,
         reason,
@@ -256,7 +340,7 @@ pub fn decide(
             });
         }
         let action = ctx.action(state, spec);
-        return Decision {
+        return Response {
             action,
             counted: false,
             audit: ctx.audit,
@@ -278,7 +362,7 @@ pub fn decide(
             counted: false,
             reason: reason.to_string(),
         });
-        return Decision {
+        return Response {
             action,
             counted: false,
             audit: ctx.audit,
@@ -292,7 +376,7 @@ pub fn decide(
                 "The loop goes on ({reason}); it is counted once per repetition of the pattern."
             )),
         };
-        return Decision {
+        return Response {
             action,
             counted: false,
             audit: ctx.audit,
@@ -325,7 +409,7 @@ pub fn decide(
     } else {
         ctx.action(state, pick(&cfg.ladder, state.loop_count))
     };
-    Decision {
+    Response {
         action,
         counted: true,
         audit: ctx.audit,
@@ -347,7 +431,7 @@ mod tests {
         let mut s = state();
         let a: Vec<_> = (0..3)
             .map(|_| {
-                decide(&cfg, &mut s, LoopKind::ExactRepeat, true, false, "r")
+                respond(&cfg, &mut s, LoopKind::ExactRepeat, true, false, "r")
                     .action
                     .kind
             })
@@ -361,8 +445,8 @@ mod tests {
     fn pivot_is_atomic_with_count_and_entropy_reset() {
         let cfg = Config::default().policy;
         let mut s = state();
-        decide(&cfg, &mut s, LoopKind::ExactRepeat, true, false, "r");
-        let d = decide(&cfg, &mut s, LoopKind::ExactRepeat, true, false, "r");
+        respond(&cfg, &mut s, LoopKind::ExactRepeat, true, false, "r");
+        let d = respond(&cfg, &mut s, LoopKind::ExactRepeat, true, false, "r");
         assert_eq!(d.action.kind, ActionType::Pivot);
         assert_eq!(s.entropy, 0);
         assert!(d.audit.contains(&AuditEvent::PivotIssued {
@@ -387,7 +471,7 @@ mod tests {
         let mut s = state();
         let kinds: Vec<_> = (0..4)
             .map(|_| {
-                let d = decide(&cfg, &mut s, LoopKind::ExactRepeat, true, true, "network");
+                let d = respond(&cfg, &mut s, LoopKind::ExactRepeat, true, true, "network");
                 assert!(!d.counted);
                 d.action.kind
             })
@@ -410,7 +494,7 @@ mod tests {
         let mut s = state();
         let a: Vec<_> = (0..3)
             .map(|_| {
-                let d = decide(&cfg, &mut s, LoopKind::TransitionCycle, true, false, "r");
+                let d = respond(&cfg, &mut s, LoopKind::TransitionCycle, true, false, "r");
                 (d.action.kind, d.action.target)
             })
             .collect();
@@ -429,7 +513,7 @@ mod tests {
     fn budget_terminates() {
         let cfg = Config::default().policy;
         let mut s = state();
-        let d = decide(&cfg, &mut s, LoopKind::Budget, true, false, "r");
+        let d = respond(&cfg, &mut s, LoopKind::Budget, true, false, "r");
         assert_eq!(d.action.kind, ActionType::Terminate);
         assert_eq!(s.status, TaskStatus::Terminated);
         assert!(!d.counted);

@@ -9,7 +9,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use loopguard::config::Config;
 use loopguard::embed::{cosine, Vector, DIM};
-use loopguard::memory::{LoopMemory, LoopRecord};
+use loopguard::loop_memory::{LoopMemory, LoopRecord};
 use loopguard::verdict::LoopKind;
 use std::time::Instant;
 

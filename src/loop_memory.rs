@@ -18,20 +18,11 @@
 
 use crate::config::MemoryConfig;
 use crate::embed::{cosine, Vector};
+use crate::verdict::{Resolution, SimilarLoop};
 use hnsw_rs::prelude::{Distance, Hnsw};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
-
-/// How a task's loop was resolved.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Resolution {
-    /// `success` or `human_intervention`.
-    pub result: String,
-    pub note: Option<String>,
-    /// Unix seconds.
-    pub ts: i64,
-}
 
 /// One loop as remembered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -49,19 +40,6 @@ pub struct LoopRecord {
     pub ts: i64,
     /// True when the gate fired on this loop.
     pub gated: bool,
-    pub resolution: Option<Resolution>,
-}
-
-/// A stored loop close to a query.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct SimilarLoop {
-    pub task_id: String,
-    pub kind: crate::verdict::LoopKind,
-    pub tool: Option<String>,
-    pub text: String,
-    pub similarity: f32,
-    /// RFC 3339.
-    pub seen_at: String,
     pub resolution: Option<Resolution>,
 }
 

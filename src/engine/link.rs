@@ -1,0 +1,59 @@
+//! The link stage: compare the new event with the task's window. Keys decide first (the exact
+//! fast path: an exact or normalised repeat never touches the model); otherwise the texts the
+//! keys cannot decide are embedded — in one model call per round, calls and messages before
+//! results — and compared by cosine ([`crate::detect::matching`]).
+
+use super::{Engine, EngineError, Pass};
+use crate::detect::matching::{self, Part};
+use crate::state::{EntryBody, TaskState};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+impl Engine {
+    pub(super) async fn link(
+        &self,
+        state: &mut TaskState,
+        pass: &mut Pass,
+    ) -> Result<(), EngineError> {
+        let detect = &self.cfg.detect;
+        if !matching::exact_identity(detect, state, &pass.entry) {
+            for part in [Part::Main, Part::Result] {
+                let pending = matching::needed(detect, state, &pass.entry, part);
+                if pending.is_empty() {
+                    continue;
+                }
+                let texts: Vec<String> = pending
+                    .iter()
+                    .filter_map(|p| {
+                        matching::sig_at(state, &pass.entry, *p).map(|t| t.text.clone())
+                    })
+                    .collect();
+                let started = Instant::now();
+                let misses_before = self.embedder.stats().cache_misses.load(Relaxed);
+                let vectors = self.embedder.embed(&texts).await?;
+                let t = &mut pass.timings;
+                t.embed_secs += started.elapsed().as_secs_f64();
+                t.texts_embedded += texts.len();
+                t.used_model |= self.embedder.stats().cache_misses.load(Relaxed) > misses_before;
+                for (p, v) in pending.iter().zip(vectors) {
+                    if let Some(sig) = matching::sig_mut(state, &mut pass.entry, *p) {
+                        sig.vector = Some(v);
+                    }
+                }
+            }
+        }
+        pass.timed_detect(|pass| {
+            pass.links = matching::links(detect, state, &pass.entry);
+            let entry = &mut pass.entry;
+            entry.same_as = pass
+                .links
+                .iter()
+                .filter(|l| l.same && !l.stale)
+                .map(|l| l.seq)
+                .collect();
+            let passive = matches!(&entry.body, EntryBody::ToolCall { passive: true, .. });
+            entry.novel = entry.is_work() && !passive && entry.same_as.is_empty();
+        });
+        Ok(())
+    }
+}

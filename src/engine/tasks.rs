@@ -1,0 +1,255 @@
+//! Tasks: which root task an event belongs to, one lock per root task, and the task lifecycle
+//! outside the pipeline — reset, delete, expiry of idle tasks, and the bound on task states
+//! held in memory.
+//!
+//! Events of one task are serialised by its [`TaskLock`]; different tasks run concurrently. The
+//! lock also holds the task's state between events (the hot copy; the store has the durable one).
+
+use super::{now_unix, Engine, EngineError};
+use crate::audit::{AuditEvent, AuditRecord};
+use crate::event::Envelope;
+use crate::state::TaskState;
+use crate::store::{Store, StoreError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A root task's lock, holding its state while it is cached.
+pub(crate) type TaskLock = Arc<tokio::sync::Mutex<Option<TaskState>>>;
+
+/// Why a counter is being reset from outside an event (the reset endpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetReason {
+    Success,
+    HumanIntervention,
+}
+
+impl ResetReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResetReason::Success => "success",
+            ResetReason::HumanIntervention => "human_intervention",
+        }
+    }
+}
+
+/// The per-task locks and a cache of subtask → root links.
+#[derive(Default)]
+pub(crate) struct Tasks {
+    locks: Mutex<HashMap<String, TaskLock>>,
+    roots: Mutex<HashMap<String, String>>,
+}
+
+impl Tasks {
+    /// The root task of `task` (itself when it has no known parent).
+    pub fn root_of(&self, store: &dyn Store, task: &str) -> Result<String, StoreError> {
+        if let Some(r) = self.roots.lock().expect("roots lock").get(task) {
+            return Ok(r.clone());
+        }
+        Ok(store.root_of(task)?.unwrap_or_else(|| task.to_string()))
+    }
+
+    /// Resolve the root for an envelope; `Some(link)` when a new subtask link must be stored.
+    pub fn resolve(
+        &self,
+        store: &dyn Store,
+        env: &Envelope,
+    ) -> Result<(String, Option<(String, String)>), StoreError> {
+        let known = self.root_of(store, &env.task_id)?;
+        if known != env.task_id {
+            return Ok((known, None));
+        }
+        match &env.parent_task_id {
+            Some(parent) => {
+                let root = self.root_of(store, parent)?;
+                if root == env.task_id {
+                    // A parent that points back at this task: keep the task its own root.
+                    return Ok((known, None));
+                }
+                Ok((root.clone(), Some((env.task_id.clone(), root))))
+            }
+            None => Ok((known, None)),
+        }
+    }
+
+    /// Remember a subtask's root once its link is committed.
+    pub fn linked(&self, task: String, root: String) {
+        self.roots.lock().expect("roots lock").insert(task, root);
+    }
+
+    pub fn lock(&self, root: &str) -> TaskLock {
+        let mut locks = self.locks.lock().expect("task locks");
+        Arc::clone(locks.entry(root.to_string()).or_default())
+    }
+
+    /// Drop the in-memory copy of a deleted task. The lock stays when other requests wait on it:
+    /// it holds no state and they reload from the store, so a task never has two locks.
+    pub fn forget(&self, root: &str, lock: &TaskLock) {
+        let mut locks = self.locks.lock().expect("task locks");
+        // Ours and the map's: nobody else can be waiting.
+        if Arc::strong_count(lock) <= 2 {
+            locks.remove(root);
+        }
+        drop(locks);
+        self.roots
+            .lock()
+            .expect("roots lock")
+            .retain(|_, r| r != root);
+    }
+
+    /// Keep at most `max` task states in memory; tasks in use are never dropped.
+    pub fn trim(&self, max: usize) {
+        let mut locks = self.locks.lock().expect("task locks");
+        if locks.len() <= max {
+            return;
+        }
+        let excess = locks.len() - max;
+        let idle: Vec<String> = locks
+            .iter()
+            .filter(|(_, l)| Arc::strong_count(l) == 1 && l.try_lock().is_ok())
+            .map(|(k, _)| k.clone())
+            .take(excess)
+            .collect();
+        for k in idle {
+            locks.remove(&k);
+        }
+        drop(locks);
+        let mut roots = self.roots.lock().expect("roots lock");
+        if roots.len() > max {
+            // Only a cache of the store's links.
+            roots.clear();
+        }
+    }
+
+    pub fn cached(&self) -> usize {
+        self.locks.lock().expect("task locks").len()
+    }
+}
+
+impl Engine {
+    /// The root task of `task` (itself when it has no known parent).
+    pub fn root_of(&self, task: &str) -> Result<String, StoreError> {
+        self.tasks.root_of(&*self.store, task)
+    }
+
+    /// Reset a task's loop counter from outside (the reset endpoint), with an audit record.
+    pub async fn reset(
+        &self,
+        task_id: &str,
+        reason: ResetReason,
+        by: &str,
+        note: Option<String>,
+    ) -> Result<TaskState, EngineError> {
+        let root = self.root_of(task_id)?;
+        let lock = self.tasks.lock(&root);
+        let mut guard = lock.lock().await;
+        let current = match guard.take() {
+            Some(s) => s,
+            None => match self.store.load(&root)? {
+                Some(s) => s,
+                None => return Err(EngineError::NotFound(task_id.to_string())),
+            },
+        };
+        let mut next = current.clone();
+        *guard = Some(current);
+        let now = now_unix();
+        let record = AuditRecord {
+            ts: now,
+            seq: next.next_seq.saturating_sub(1),
+            task_id: task_id.to_string(),
+            agent_id: None,
+            event: AuditEvent::CounterReset {
+                previous_count: next.loop_count,
+                reason: reason.as_str().to_string(),
+                by: by.to_string(),
+                note: note.clone(),
+            },
+        };
+        self.resolve_loops(&root, reason.as_str(), note, now);
+        next.reset();
+        next.updated_ts = now;
+        self.store
+            .commit(&next, std::slice::from_ref(&record), None)?;
+        *guard = Some(next.clone());
+        drop(guard);
+        self.store.flush().await?;
+        crate::audit::emit(std::slice::from_ref(&record), self.audit_metrics.as_deref());
+        Ok(next)
+    }
+
+    /// The current state of a task (its root's state), if it exists.
+    pub async fn snapshot(&self, task_id: &str) -> Result<Option<TaskState>, EngineError> {
+        let root = self.root_of(task_id)?;
+        let lock = self.tasks.lock(&root);
+        let guard = lock.lock().await;
+        if let Some(s) = guard.as_ref() {
+            return Ok(Some(s.clone()));
+        }
+        drop(guard);
+        Ok(self.store.load(&root)?)
+    }
+
+    /// The audit trail of a task's root.
+    pub fn history(&self, task_id: &str, limit: usize) -> Result<Vec<AuditRecord>, EngineError> {
+        let root = self.root_of(task_id)?;
+        Ok(self.store.history(&root, limit)?)
+    }
+
+    /// Delete a task (its root) entirely.
+    pub async fn delete(&self, task_id: &str) -> Result<bool, EngineError> {
+        let root = self.root_of(task_id)?;
+        let lock = self.tasks.lock(&root);
+        let mut guard = lock.lock().await;
+        let had = self.store.delete(&root)? | guard.is_some();
+        *guard = None;
+        self.tasks.forget(&root, &lock);
+        drop(guard);
+        if let Some(mem) = &self.loop_memory {
+            mem.forget_task(&root)?;
+        }
+        self.store.flush().await?;
+        Ok(had)
+    }
+
+    /// Delete root tasks idle for longer than `ttl_secs` (task states inactive for a day are
+    /// garbage, by default). Returns the roots deleted.
+    pub async fn expire_idle(&self, ttl_secs: u64, now: i64) -> Result<Vec<String>, EngineError> {
+        let before = now.saturating_sub(ttl_secs as i64);
+        let mut expired = Vec::new();
+        for root in self.store.idle_roots(before)? {
+            let lock = self.tasks.lock(&root);
+            let mut guard = lock.lock().await;
+            // An event may have arrived since the scan: check again under the task's lock.
+            let fresh = match guard.as_ref() {
+                Some(s) => s.updated_ts >= before,
+                None => self
+                    .store
+                    .load(&root)?
+                    .is_some_and(|s| s.updated_ts >= before),
+            };
+            if fresh {
+                continue;
+            }
+            self.store.delete(&root)?;
+            *guard = None;
+            self.tasks.forget(&root, &lock);
+            drop(guard);
+            tracing::info!(event = "task_expired", task_id = %root, ttl_secs);
+            expired.push(root);
+        }
+        if !expired.is_empty() {
+            self.store.flush().await?;
+        }
+        Ok(expired)
+    }
+
+    /// Keep at most `max` task states in memory; the rest are reloaded from the store when their
+    /// next event comes. Tasks in use are never dropped.
+    pub fn trim_cache(&self, max: usize) {
+        self.tasks.trim(max);
+    }
+
+    /// Task states held in memory.
+    pub fn cached_tasks(&self) -> usize {
+        self.tasks.cached()
+    }
+}
