@@ -18,7 +18,9 @@ pub mod plot;
 pub mod report;
 pub mod runs;
 
+use crate::detect::matching::Part;
 use crate::event::InputError;
+use crate::state::Channel;
 use std::path::{Path, PathBuf};
 
 /// Why a calibration could not run. Input problems name the file, the line and the JSON path.
@@ -104,6 +106,19 @@ impl PairKind {
             PairKind::ToolCall => s.tool_call,
             PairKind::Result => s.result,
             PairKind::Response => s.response,
+        }
+    }
+
+    /// Which texts of which events this kind of pair stands for, to compare them as the engine
+    /// does.
+    pub fn compared_as(kind: Option<PairKind>) -> (Channel, Part) {
+        match kind {
+            Some(PairKind::Failure) => (Channel::Failure, Part::Main),
+            Some(PairKind::Collaboration) => (Channel::Collaboration, Part::Main),
+            Some(PairKind::ToolCall) => (Channel::ToolCall, Part::Main),
+            Some(PairKind::Result) => (Channel::ToolCall, Part::Result),
+            // Plain texts: no rule beyond keys, the numbers guard and the cosine.
+            Some(PairKind::Response) | None => (Channel::Response, Part::Main),
         }
     }
 

@@ -23,7 +23,7 @@ pub enum Part {
 
 /// Where a text that needs a vector lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Slot {
+pub enum TextAt {
     New(Part),
     Window(usize, Part),
 }
@@ -55,15 +55,15 @@ fn result_of(body: &EntryBody) -> Option<&crate::state::ResultSig> {
     }
 }
 
-/// The text at a slot, mutably (to store its vector).
+/// The text at `at`, mutably (to store its vector).
 pub fn sig_mut<'a>(
     state: &'a mut TaskState,
     entry: &'a mut Entry,
-    slot: Slot,
+    at: TextAt,
 ) -> Option<&'a mut TextSig> {
-    let (body, part) = match slot {
-        Slot::New(p) => (&mut entry.body, p),
-        Slot::Window(i, p) => (&mut state.window.get_mut(i)?.body, p),
+    let (body, part) = match at {
+        TextAt::New(p) => (&mut entry.body, p),
+        TextAt::Window(i, p) => (&mut state.window.get_mut(i)?.body, p),
     };
     match part {
         Part::Main => main_sig_mut(body),
@@ -74,11 +74,11 @@ pub fn sig_mut<'a>(
     }
 }
 
-/// The text at a slot.
-pub fn sig_at<'a>(state: &'a TaskState, entry: &'a Entry, slot: Slot) -> Option<&'a TextSig> {
-    let (body, part) = match slot {
-        Slot::New(p) => (&entry.body, p),
-        Slot::Window(i, p) => (&state.window.get(i)?.body, p),
+/// The text at `at`.
+pub fn sig_at<'a>(state: &'a TaskState, entry: &'a Entry, at: TextAt) -> Option<&'a TextSig> {
+    let (body, part) = match at {
+        TextAt::New(p) => (&entry.body, p),
+        TextAt::Window(i, p) => (&state.window.get(i)?.body, p),
     };
     match part {
         Part::Main => main_sig(body),
@@ -125,24 +125,57 @@ fn key_level(a: &TextSig, b: &TextSig) -> Option<Level> {
     }
 }
 
-fn level(a: &TextSig, b: &TextSig, thr: f32, grey: f32) -> (Level, Option<f32>) {
-    if let Some(l) = key_level(a, b) {
+/// The matcher's rule for two texts of one channel, as one score: `+∞` when their keys make them
+/// the same (equal as given or after normalisation; for failure messages, one inside the other),
+/// `−∞` when their keys make them different (another resource, other numbers), else their
+/// cosine (`None`, not embedded: different). The texts match at a threshold `t` exactly when the
+/// score is `≥ t`: the engine compares it with `detect.similarity.*`, calibration sweeps `t`
+/// over labelled pairs — both through this one function.
+pub fn rule_score(channel: Channel, part: Part, a: &TextSig, b: &TextSig, cos: Option<f32>) -> f32 {
+    match key_level(a, b) {
+        Some(l) if l.is_exact() => f32::INFINITY,
+        _ if channel == Channel::Failure && part == Part::Main && contains_message(a, b) => {
+            f32::INFINITY
+        }
+        Some(_) => f32::NEG_INFINITY,
+        None => cos.unwrap_or(f32::NEG_INFINITY),
+    }
+}
+
+/// How two texts compare at threshold `thr`, with the cosine when the model was needed.
+fn level(
+    channel: Channel,
+    part: Part,
+    a: &TextSig,
+    b: &TextSig,
+    thr: f32,
+    grey: f32,
+) -> (Level, Option<f32>) {
+    let key = key_level(a, b);
+    if let Some(l) = key.filter(|l| l.is_exact()) {
         return (l, None);
     }
-    match (&a.vector, &b.vector) {
-        (Some(va), Some(vb)) => {
-            let c = cosine(va, vb);
-            let l = if c >= thr {
-                Level::Semantic
-            } else if c >= thr - grey {
-                Level::Grey
-            } else {
-                Level::None
-            };
-            (l, Some(c))
+    let cos = match (key, &a.vector, &b.vector) {
+        (None, Some(va), Some(vb)) => Some(cosine(va, vb)),
+        _ => None,
+    };
+    let score = rule_score(channel, part, a, b, cos);
+    let l = if score == f32::INFINITY {
+        // A message inside a longer one: reworded when the cosine says so, else the same
+        // message cut short or with context added.
+        if cos.is_some_and(|c| c >= thr) {
+            Level::Semantic
+        } else {
+            Level::Normalized
         }
-        _ => (Level::None, None),
-    }
+    } else if score >= thr {
+        Level::Semantic
+    } else if score >= thr - grey {
+        Level::Grey
+    } else {
+        Level::None
+    };
+    (l, cos)
 }
 
 fn comparable(e: &Entry, w: &Entry) -> bool {
@@ -216,15 +249,15 @@ pub fn exact_identity(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> bool 
 /// `Part::Main` first (calls, messages, requests), then `Part::Result` — a result is only worth
 /// embedding when its call matched (or nearly) or when both results are negative, which after the
 /// first round is known. Results are long; skipping them is most of the model time saved.
-pub fn needed(cfg: &DetectConfig, state: &TaskState, e: &Entry, part: Part) -> Vec<Slot> {
-    let mut slots = Vec::new();
+pub fn needed(cfg: &DetectConfig, state: &TaskState, e: &Entry, part: Part) -> Vec<TextAt> {
+    let mut pending = Vec::new();
     let channel = e.body.channel();
     if !semantic_on(cfg, channel) {
-        return slots;
+        return pending;
     }
-    let mut push = |s: Slot| {
-        if !slots.contains(&s) {
-            slots.push(s);
+    let mut push = |s: TextAt| {
+        if !pending.contains(&s) {
+            pending.push(s);
         }
     };
     let grey = cfg.similarity.grey_band;
@@ -239,10 +272,10 @@ pub fn needed(cfg: &DetectConfig, state: &TaskState, e: &Entry, part: Part) -> V
             Part::Main => {
                 if same_tool(e, w) && key_level(a, b).is_none() {
                     if a.vector.is_none() {
-                        push(Slot::New(Part::Main));
+                        push(TextAt::New(Part::Main));
                     }
                     if b.vector.is_none() {
-                        push(Slot::Window(i, Part::Main));
+                        push(TextAt::Window(i, Part::Main));
                     }
                 }
             }
@@ -251,21 +284,29 @@ pub fn needed(cfg: &DetectConfig, state: &TaskState, e: &Entry, part: Part) -> V
                     continue;
                 };
                 let call_may_match = same_tool(e, w)
-                    && level(a, b, threshold(cfg, channel, Part::Main), grey).0 >= Level::Grey;
+                    && level(
+                        channel,
+                        Part::Main,
+                        a,
+                        b,
+                        threshold(cfg, channel, Part::Main),
+                        grey,
+                    )
+                    .0 >= Level::Grey;
                 let both_negative = r1.negative && r2.negative;
                 let open = key_level(&r1.sig, &r2.sig).is_none() && !r1.trivial && !r2.trivial;
                 if open && (call_may_match || both_negative) {
                     if r1.sig.vector.is_none() {
-                        push(Slot::New(Part::Result));
+                        push(TextAt::New(Part::Result));
                     }
                     if r2.sig.vector.is_none() {
-                        push(Slot::Window(i, Part::Result));
+                        push(TextAt::Window(i, Part::Result));
                     }
                 }
             }
         }
     }
-    slots
+    pending
 }
 
 /// Compare the new event with every comparable window entry, oldest first.
@@ -281,13 +322,17 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
             continue;
         };
         let (mut text, cos) = if same_tool(e, w) {
-            level(a, b, threshold(cfg, channel, Part::Main), grey)
+            level(
+                channel,
+                Part::Main,
+                a,
+                b,
+                threshold(cfg, channel, Part::Main),
+                grey,
+            )
         } else {
             (Level::None, None)
         };
-        if channel == Channel::Failure && !text.is_match() && contains_message(a, b) {
-            text = Level::Normalized;
-        }
         if !semantic_on(cfg, channel) && !text.is_exact() {
             text = Level::None;
         }
@@ -322,6 +367,8 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
         let (result, cos_result) = match (result_of(&e.body), result_of(&w.body)) {
             (Some(r1), Some(r2)) => {
                 let (mut l, c) = level(
+                    channel,
+                    Part::Result,
                     &r1.sig,
                     &r2.sig,
                     threshold(cfg, channel, Part::Result),

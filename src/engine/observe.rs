@@ -4,13 +4,14 @@
 
 use super::{Pass, Timings};
 use crate::config::Config;
+use crate::detect::matching::Part;
 use crate::event::{Envelope, Event};
 use crate::signature::{
     args_text, canonical_json, classify, head_tail, is_negative_result, is_trivial_result, key64,
     normalize, numbers, output_text, resource_ids, sha256_hex, FailureSignature, TestMetrics,
 };
 use crate::state::{
-    Entry, EntryBody, MetricsObs, ResultSig, TextSig, MAX_NUMBERS, METRICS_FROM_FAILURES,
+    Channel, Entry, EntryBody, MetricsObs, ResultSig, TextSig, MAX_NUMBERS, METRICS_FROM_FAILURES,
     METRICS_FROM_PROGRESS,
 };
 use crate::verdict::SignatureView;
@@ -78,6 +79,17 @@ pub fn text_sig(exact_text: &str, max_chars: usize) -> TextSig {
     }
 }
 
+/// A text as the engine compares it on `channel`: a tool call also carries the resources it
+/// names (file names, long hex ids, UUIDs), which must agree for two calls to be the same.
+/// Calibration prepares labelled pairs with this too, so it measures the engine's own rule.
+pub fn compared_text(channel: Channel, part: Part, text: &str, max_chars: usize) -> TextSig {
+    let mut sig = text_sig(text, max_chars);
+    if channel == Channel::ToolCall && part == Part::Main {
+        sig.ids = resource_ids(text);
+    }
+    sig
+}
+
 /// Observe one event at `seq`, `ts` (unix seconds).
 pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
     let max = cfg.model.max_text_chars;
@@ -110,10 +122,9 @@ pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
         Event::ToolCall(c) => {
             let canonical = format!("{}\u{1f}{}", c.tool, canonical_json(&c.args));
             let readable = args_text(&c.tool, &c.args);
-            let mut call = text_sig(&readable, max);
-            // Identity of a call is the tool plus canonical args (seed 002), not its rendering.
+            let mut call = compared_text(Channel::ToolCall, Part::Main, &readable, max);
+            // Identity of a call is the tool plus canonical args (sorted keys), not its rendering.
             call.exact = key64(&canonical);
-            call.ids = resource_ids(&readable);
             signature = Some(SignatureView {
                 error_type: None,
                 location: None,

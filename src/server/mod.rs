@@ -136,31 +136,71 @@ impl AppState {
     }
 }
 
+/// Route templates: the router is built from these, and request metrics are labelled with them
+/// (a bounded label set: anything else is `other`).
+pub mod paths {
+    pub const EVALUATE: &str = "/v1/evaluate";
+    pub const TASK: &str = "/v1/tasks/{task_id}";
+    pub const TASK_HISTORY: &str = "/v1/tasks/{task_id}/history";
+    pub const TASK_RESET: &str = "/v1/tasks/{task_id}/reset";
+    pub const SIMILAR_LOOPS: &str = "/v1/loops/similar";
+    pub const FEEDBACK: &str = "/v1/feedback";
+    pub const FEEDBACK_EXPORT: &str = "/v1/feedback/export";
+    pub const METRICS: &str = "/metrics";
+    pub const LIVEZ: &str = "/livez";
+    pub const READYZ: &str = "/readyz";
+    pub const OPENAPI: &str = "/openapi.json";
+
+    pub const ALL: [&str; 11] = [
+        EVALUATE,
+        TASK,
+        TASK_HISTORY,
+        TASK_RESET,
+        SIMILAR_LOOPS,
+        FEEDBACK,
+        FEEDBACK_EXPORT,
+        METRICS,
+        LIVEZ,
+        READYZ,
+        OPENAPI,
+    ];
+
+    /// The metrics label of a matched route template.
+    pub fn label(matched: Option<&str>) -> &'static str {
+        matched
+            .and_then(|m| ALL.into_iter().find(|p| *p == m))
+            .unwrap_or("other")
+    }
+}
+
 /// The routes, with authentication, timeouts and request metrics.
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
-        .route("/v1/evaluate", post(routes::evaluate))
+        .route(paths::EVALUATE, post(routes::evaluate))
         .route(
-            "/v1/tasks/{task_id}",
+            paths::TASK,
             get(routes::get_task).delete(routes::delete_task),
         )
-        .route("/v1/tasks/{task_id}/history", get(routes::get_history))
-        .route("/v1/tasks/{task_id}/reset", post(routes::reset_task))
-        .route("/v1/loops/similar", get(routes::similar_loops))
-        .route("/v1/feedback", post(routes::feedback))
-        .route("/v1/feedback/export", get(routes::export_feedback))
-        .route("/metrics", get(routes::metrics))
+        .route(paths::TASK_HISTORY, get(routes::get_history))
+        .route(paths::TASK_RESET, post(routes::reset_task))
+        .route(paths::SIMILAR_LOOPS, get(routes::similar_loops))
+        .route(paths::FEEDBACK, post(routes::feedback))
+        .route(paths::FEEDBACK_EXPORT, get(routes::export_feedback))
+        .route(paths::METRICS, get(routes::metrics))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             authenticate,
         ));
     Router::new()
         .merge(api)
-        .route("/livez", get(routes::livez))
-        .route("/readyz", get(routes::readyz))
-        .route("/openapi.json", get(routes::openapi))
+        .route(paths::LIVEZ, get(routes::livez))
+        .route(paths::READYZ, get(routes::readyz))
+        .route(paths::OPENAPI, get(routes::openapi))
         .fallback(routes::not_found)
-        .layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            request_metrics,
+        ))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
         .with_state(state)
 }
@@ -208,21 +248,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Request timeout and per-route metrics.
-async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let route: &'static str = match req.extensions().get::<MatchedPath>().map(|p| p.as_str()) {
-        Some("/v1/evaluate") => "/v1/evaluate",
-        Some("/v1/tasks/{task_id}") => "/v1/tasks/{task_id}",
-        Some("/v1/tasks/{task_id}/history") => "/v1/tasks/{task_id}/history",
-        Some("/v1/tasks/{task_id}/reset") => "/v1/tasks/{task_id}/reset",
-        Some("/metrics") => "/metrics",
-        Some("/v1/loops/similar") => "/v1/loops/similar",
-        Some("/v1/feedback") => "/v1/feedback",
-        Some("/v1/feedback/export") => "/v1/feedback/export",
-        Some("/livez") => "/livez",
-        Some("/readyz") => "/readyz",
-        Some("/openapi.json") => "/openapi.json",
-        _ => "other",
-    };
+async fn request_metrics(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let route = paths::label(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
     let started = Instant::now();
     let timeout = Duration::from_millis(state.cfg.server.request_timeout_ms);
     let resp = match tokio::time::timeout(timeout, next.run(req)).await {
