@@ -11,6 +11,11 @@
 //!   through fastembed with ONNX Runtime loaded at run time. [`StubBackend`] is a lexical stand-in
 //!   for fast unit tests of detector logic; it is never the default.
 
+mod backend;
+mod model_thread;
+
+pub use backend::{FastEmbedBackend, StubBackend};
+
 use crate::config::ModelConfig;
 use lru::LruCache;
 use std::num::NonZeroUsize;
@@ -169,7 +174,7 @@ impl Embedder {
         let observer = opts.on_batch.clone();
         std::thread::Builder::new()
             .name("loopguard-model".into())
-            .spawn(move || model_thread(load, thread_inner, rx, limits, observer))
+            .spawn(move || model_thread::run(load, thread_inner, rx, limits, observer))
             .expect("spawning the model thread");
         Embedder { inner }
     }
@@ -370,345 +375,9 @@ impl Embedder {
     }
 }
 
-fn model_thread<F>(
-    load: F,
-    inner: Arc<Inner>,
-    mut rx: mpsc::Receiver<Job>,
-    (max_batch, max_batch_tokens): (usize, usize),
-    observer: Option<BatchObserver>,
-) where
-    F: FnOnce() -> Result<Box<dyn EmbedBackend>, EmbedError>,
-{
-    // ort panics instead of returning errors in a few places (a library of the wrong version);
-    // a panic while loading becomes a load error, never a crashed process.
-    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut backend = load()?;
-        backend.embed_batch(&["warm up the model"])?;
-        Ok::<_, EmbedError>(backend)
-    }))
-    .unwrap_or_else(|panic| {
-        let msg = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panic while loading the model".into());
-        Err(EmbedError::Unavailable(msg))
-    });
-    let mut backend = match loaded {
-        Ok(b) => {
-            let _ = inner.description.set(b.describe());
-            inner.state.store(READY, Ordering::Release);
-            tracing::info!(model = %b.describe(), "embedding model ready");
-            b
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "embedding model failed to load");
-            let _ = inner.failure.set(e.clone());
-            inner.state.store(FAILED, Ordering::Release);
-            // Answer whatever is queued, then stop: callers get the load error.
-            rx.close();
-            while let Some(job) = rx.blocking_recv() {
-                let _ = job.reply.send(Err(e.clone()));
-            }
-            return;
-        }
-    };
-
-    while let Some(first) = rx.blocking_recv() {
-        inner.busy.store(true, Ordering::Release);
-        inner.queued.fetch_sub(1, Ordering::AcqRel);
-        let mut jobs = vec![first];
-        let mut queued = jobs[0].texts.len();
-        // Take whatever else is waiting right now; never wait for more.
-        while queued < max_batch {
-            match rx.try_recv() {
-                Ok(job) => {
-                    inner.queued.fetch_sub(1, Ordering::AcqRel);
-                    queued += job.texts.len();
-                    jobs.push(job);
-                }
-                Err(_) => break,
-            }
-        }
-        // A caller that went away (timeout, closed connection) costs nothing.
-        jobs.retain(|j| !j.reply.is_closed());
-        if jobs.is_empty() {
-            inner.busy.store(false, Ordering::Release);
-            continue;
-        }
-        let result = run_jobs(
-            &mut *backend,
-            &inner,
-            &jobs,
-            (max_batch, max_batch_tokens),
-            observer.as_ref(),
-        );
-        for job in jobs {
-            let answer = match &result {
-                Ok(fresh) => {
-                    let mut cache = inner.cache.lock().expect("embedding cache lock");
-                    job.texts
-                        .iter()
-                        .map(|t| {
-                            fresh
-                                .get(t)
-                                .or_else(|| cache.get(t))
-                                .cloned()
-                                .ok_or_else(|| EmbedError::Model("embedding went missing".into()))
-                        })
-                        .collect()
-                }
-                Err(e) => Err(e.clone()),
-            };
-            let _ = job.reply.send(answer);
-        }
-        inner.busy.store(false, Ordering::Release);
-    }
-}
-
-fn run_jobs(
-    backend: &mut dyn EmbedBackend,
-    inner: &Inner,
-    jobs: &[Job],
-    (max_batch, max_batch_tokens): (usize, usize),
-    observer: Option<&BatchObserver>,
-) -> Result<std::collections::HashMap<String, Vector>, EmbedError> {
-    // Texts still missing from the cache, each once; sorted by length so each model call pads
-    // to similar lengths.
-    let mut todo: Vec<&str> = {
-        let mut cache = inner.cache.lock().expect("embedding cache lock");
-        let mut todo: Vec<&str> = Vec::new();
-        for t in jobs.iter().flat_map(|j| j.texts.iter()) {
-            if !cache.contains(t) && !todo.contains(&t.as_str()) {
-                todo.push(t.as_str());
-            }
-        }
-        // Keep hits fresh in the LRU so they survive this batch's inserts.
-        for t in jobs.iter().flat_map(|j| j.texts.iter()) {
-            cache.promote(t);
-        }
-        todo
-    };
-    todo.sort_by_key(|t| t.len());
-    let mut fresh = std::collections::HashMap::with_capacity(todo.len());
-    for chunk in chunks(&todo, max_batch, max_batch_tokens) {
-        let started = Instant::now();
-        let vectors = backend.embed_batch(chunk)?;
-        let took = started.elapsed();
-        inner.stats.record_batch(chunk.len(), took);
-        if let Some(observe) = observer {
-            observe(chunk.len(), took);
-        }
-        if vectors.len() != chunk.len() {
-            return Err(EmbedError::Model(format!(
-                "model returned {} vectors for {} texts",
-                vectors.len(),
-                chunk.len()
-            )));
-        }
-        let mut cache = inner.cache.lock().expect("embedding cache lock");
-        for (t, v) in chunk.iter().zip(vectors) {
-            let v = Vector::from(v);
-            cache.put((*t).to_string(), Arc::clone(&v));
-            fresh.insert((*t).to_string(), v);
-        }
-    }
-    Ok(fresh)
-}
-
-/// A rough token count (WordPiece on English and code averages 3-4 characters per token).
-fn approx_tokens(text: &str) -> usize {
-    text.len() / 3 + 2
-}
-
-/// Split texts sorted by length into model calls of at most `max_batch` texts and
-/// `max_batch_tokens` padded tokens (every text is padded to the longest in its call).
-fn chunks<'a>(
-    sorted: &'a [&'a str],
-    max_batch: usize,
-    max_batch_tokens: usize,
-) -> Vec<&'a [&'a str]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < sorted.len() {
-        let mut end = start + 1;
-        while end < sorted.len()
-            && end - start < max_batch
-            && (end - start + 1) * approx_tokens(sorted[end]) <= max_batch_tokens
-        {
-            end += 1;
-        }
-        out.push(&sorted[start..end]);
-        start = end;
-    }
-    out
-}
-
 /// Cosine similarity of two L2-normalised vectors (their dot product).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     ndarray::ArrayView1::from(a).dot(&ndarray::ArrayView1::from(b))
-}
-
-/// The real model: all-MiniLM-L6-v2 through fastembed and ONNX Runtime.
-pub struct FastEmbedBackend {
-    model: fastembed::TextEmbedding,
-    description: String,
-}
-
-const MODEL_FILES: [&str; 5] = [
-    "model.onnx",
-    "tokenizer.json",
-    "config.json",
-    "special_tokens_map.json",
-    "tokenizer_config.json",
-];
-
-static ORT_ENV: OnceLock<Result<ort::environment::Environment, EmbedError>> = OnceLock::new();
-
-fn ort_environment(dylib: &Path) -> Result<ort::environment::Environment, EmbedError> {
-    ORT_ENV
-        .get_or_init(|| {
-            let path = dylib.display().to_string();
-            let builder = ort::init_from(dylib).map_err(|e| EmbedError::RuntimeLoad {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
-            builder
-                .with_name("loopguard")
-                .build()
-                .map_err(|e| EmbedError::RuntimeLoad {
-                    path,
-                    message: e.to_string(),
-                })
-        })
-        .clone()
-}
-
-impl FastEmbedBackend {
-    /// Load the model files from `cfg.dir` and ONNX Runtime from `cfg.ort_dylib`. Missing files are
-    /// reported with the command that fetches them, before ort gets a chance to panic on them.
-    pub fn load(cfg: &ModelConfig) -> Result<Self, EmbedError> {
-        if cfg.source == crate::config::ModelSource::Hub {
-            return Self::load_from_hub(cfg);
-        }
-        let dir = cfg.resolved_dir();
-        let mut files = Vec::with_capacity(MODEL_FILES.len());
-        for name in MODEL_FILES {
-            let path = dir.join(name);
-            let bytes = std::fs::read(&path).map_err(|_| EmbedError::ModelMissing(path))?;
-            files.push(bytes);
-        }
-        let env = Self::runtime(cfg)?;
-        let mut files = files.into_iter();
-        let onnx = files.next().expect("five files");
-        let tokenizer_files = fastembed::TokenizerFiles {
-            tokenizer_file: files.next().expect("five files"),
-            config_file: files.next().expect("five files"),
-            special_tokens_map_file: files.next().expect("five files"),
-            tokenizer_config_file: files.next().expect("five files"),
-        };
-        // The model needs mean pooling (fastembed's default for user models is CLS: wrong vectors,
-        // no error) and was trained with 256 tokens.
-        let model = fastembed::UserDefinedEmbeddingModel::new(onnx, tokenizer_files)
-            .with_pooling(fastembed::Pooling::Mean);
-        let opts = fastembed::InitOptionsUserDefined::new()
-            .with_environment(env)
-            .with_max_length(cfg.max_tokens)
-            .with_intra_threads(cfg.threads.max(1));
-        let model = fastembed::TextEmbedding::try_new_from_user_defined(model, opts)
-            .map_err(|e| EmbedError::Model(e.to_string()))?;
-        Ok(FastEmbedBackend {
-            model,
-            description: format!(
-                "all-MiniLM-L6-v2 (int8 ONNX, mean pooling) from {}, {} thread(s)",
-                dir.display(),
-                cfg.threads.max(1)
-            ),
-        })
-    }
-
-    fn runtime(cfg: &ModelConfig) -> Result<ort::environment::Environment, EmbedError> {
-        let dylib = cfg.resolved_ort_dylib();
-        if !dylib.is_file() {
-            return Err(EmbedError::RuntimeMissing(dylib));
-        }
-        ort_environment(&dylib)
-    }
-
-    #[cfg(feature = "hf-hub")]
-    fn load_from_hub(cfg: &ModelConfig) -> Result<Self, EmbedError> {
-        let env = Self::runtime(cfg)?;
-        let opts = fastembed::TextInitOptions::new(fastembed::EmbeddingModel::AllMiniLML6V2)
-            .with_cache_dir(cfg.resolved_dir())
-            .with_max_length(cfg.max_tokens)
-            .with_intra_threads(cfg.threads.max(1))
-            .with_environment(env);
-        let model = fastembed::TextEmbedding::try_new(opts)
-            .map_err(|e| EmbedError::Model(e.to_string()))?;
-        Ok(FastEmbedBackend {
-            model,
-            description: "all-MiniLM-L6-v2 (fastembed hub download)".into(),
-        })
-    }
-
-    #[cfg(not(feature = "hf-hub"))]
-    fn load_from_hub(_cfg: &ModelConfig) -> Result<Self, EmbedError> {
-        Err(EmbedError::Unavailable(
-            "[model] source = \"hub\" needs loopguard built with `--features hf-hub`".into(),
-        ))
-    }
-}
-
-impl EmbedBackend for FastEmbedBackend {
-    fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.model
-            .embed(texts, Some(texts.len().max(1)))
-            .map_err(|e| EmbedError::Model(e.to_string()))
-    }
-
-    fn describe(&self) -> String {
-        self.description.clone()
-    }
-}
-
-/// A lexical stand-in for the model: hashed word and character-trigram counts, L2-normalised.
-/// Texts sharing most words score high, unrelated texts near zero. Only for fast unit tests of
-/// detector logic; every similarity-dependent behaviour is also tested with the real model.
-pub struct StubBackend;
-
-impl StubBackend {
-    pub fn vector(text: &str) -> Vec<f32> {
-        let mut v = vec![0f32; DIM];
-        let lower = text.to_lowercase();
-        for word in lower
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-        {
-            let h = crate::signature::key64(word);
-            v[(h % DIM as u64) as usize] += 1.0;
-            let chars: Vec<char> = word.chars().collect();
-            for w in chars.windows(3) {
-                let tri: String = w.iter().collect();
-                let h = crate::signature::key64(&tri);
-                v[(h % DIM as u64) as usize] += 0.3;
-            }
-        }
-        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        if norm > 0.0 {
-            v.iter_mut().for_each(|x| *x /= norm);
-        }
-        v
-    }
-}
-
-impl EmbedBackend for StubBackend {
-    fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        Ok(texts.iter().map(|t| StubBackend::vector(t)).collect())
-    }
-
-    fn describe(&self) -> String {
-        "lexical stub (tests only)".into()
-    }
 }
 
 #[cfg(test)]
@@ -814,10 +483,10 @@ mod tests {
     fn chunks_respect_count_and_token_budget() {
         let long = "x".repeat(300); // ~102 tokens
         let texts: Vec<&str> = vec!["a", "b", "c", &long, &long, &long];
-        let c = chunks(&texts, 64, 250);
+        let c = model_thread::chunks(&texts, 64, 250);
         let sizes: Vec<usize> = c.iter().map(|c| c.len()).collect();
         assert_eq!(sizes, [3, 2, 1]);
-        let c = chunks(&texts, 2, 100_000);
+        let c = model_thread::chunks(&texts, 2, 100_000);
         assert_eq!(c.len(), 3);
     }
 

@@ -1,0 +1,291 @@
+//! Loading: the reference file, a user file, the environment and overrides merged in that order
+//! and deserialised once, strictly.
+
+use super::*;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::from_table(reference_table()).expect("the reference config loopguard.toml is valid")
+    }
+}
+
+fn reference_table() -> toml::Table {
+    REFERENCE_TOML
+        .parse::<toml::Table>()
+        .expect("the reference config loopguard.toml is valid TOML")
+}
+
+/// Merge `over` into `base`: tables merge key by key, everything else replaces.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// Parse an override value the way TOML would; anything that is not a TOML value is a string.
+fn parse_value(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+fn set_path(table: &mut toml::Table, path: &[&str], value: toml::Value) {
+    let (last, parents) = path.split_last().expect("non-empty key path");
+    let mut t = table;
+    for p in parents {
+        let entry = t
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        t = entry.as_table_mut().expect("just made a table");
+    }
+    t.insert(last.to_string(), value);
+}
+
+impl Config {
+    fn from_table(table: toml::Table) -> Result<Config, ConfigError> {
+        let value = toml::Value::Table(table);
+        let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            ConfigError::Invalid {
+                path,
+                message: e.into_inner().to_string(),
+            }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parse a TOML document merged over the defaults.
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        Config::load(Some(("<string>", text)), std::iter::empty(), &[])
+    }
+
+    /// Read a config file merged over the defaults (no environment).
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::load(
+            Some((&path.display().to_string(), &text)),
+            std::iter::empty(),
+            &[],
+        )
+    }
+
+    /// The full precedence chain: defaults < file < environment (`LOOPGUARD_A__B=value`) <
+    /// overrides (`("a.b", "value")`, from flags).
+    pub fn load(
+        file: Option<(&str, &str)>,
+        env: impl Iterator<Item = (String, String)>,
+        overrides: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let mut table = reference_table();
+        if let Some((origin, text)) = file {
+            let user = text
+                .parse::<toml::Table>()
+                .map_err(|e| ConfigError::Syntax {
+                    origin: origin.to_string(),
+                    message: e.to_string(),
+                })?;
+            merge(&mut table, user);
+        }
+        for (key, raw) in env {
+            let Some(rest) = key.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
+            let path: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            // LOOPGUARD_ variables that name no config section (LOOPGUARD_LOG, ...) belong to
+            // the binary, not to the config.
+            if path.len() < 2 || !table.contains_key(path[0]) {
+                continue;
+            }
+            set_path(&mut table, &path, parse_value(&raw));
+        }
+        for (key, raw) in overrides {
+            let path: Vec<&str> = key.split('.').collect();
+            set_path(&mut table, &path, parse_value(raw));
+        }
+        Config::from_table(table)
+    }
+
+    /// Load with the process environment.
+    pub fn load_with_env(
+        file: Option<&Path>,
+        overrides: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let text;
+        let origin;
+        let file = match file {
+            Some(path) => {
+                text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                origin = path.display().to_string();
+                Some((origin.as_str(), text.as_str()))
+            }
+            None => None,
+        };
+        Config::load(file, std::env::vars(), overrides)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |path: &str, message: String| {
+            Err(ConfigError::Invalid {
+                path: path.to_string(),
+                message,
+            })
+        };
+        let s = &self.detect.similarity;
+        for (name, v) in [
+            ("failure", s.failure),
+            ("tool_call", s.tool_call),
+            ("result", s.result),
+            ("response", s.response),
+            ("collaboration", s.collaboration),
+        ] {
+            // Above 1.0 is allowed: it switches semantic matching off for that kind.
+            if !(-1.0..=2.0).contains(&v) {
+                return bad(
+                    &format!("detect.similarity.{name}"),
+                    format!("a cosine threshold must be in -1..1 (above 1 disables it), got {v}"),
+                );
+            }
+        }
+        if !(0.0..=1.0).contains(&s.grey_band) {
+            return bad(
+                "detect.similarity.grey_band",
+                format!("must be in 0..1, got {}", s.grey_band),
+            );
+        }
+        let c = &self.detect.cycles;
+        if c.min_period < 2 || c.max_period < c.min_period {
+            return bad(
+                "detect.cycles",
+                format!(
+                    "need 2 <= min_period <= max_period, got {}..{}",
+                    c.min_period, c.max_period
+                ),
+            );
+        }
+        if c.repetitions < 2 {
+            return bad("detect.cycles.repetitions", "must be at least 2".into());
+        }
+        if self.detect.window < 2 {
+            return bad("detect.window", "must be at least 2".into());
+        }
+        if self.detect.window < c.max_period * c.repetitions {
+            return bad(
+                "detect.window",
+                format!(
+                    "must hold max_period × repetitions = {} events to see a cycle, got {}",
+                    c.max_period * c.repetitions,
+                    self.detect.window
+                ),
+            );
+        }
+        if self.detect.transitions.repetitions < 2 || self.detect.transitions.max_period < 1 {
+            return bad(
+                "detect.transitions",
+                "need repetitions >= 2 and max_period >= 1".into(),
+            );
+        }
+        if self.detect.regression.attempts < 2 {
+            return bad("detect.regression.attempts", "must be at least 2".into());
+        }
+        for (name, r) in [
+            ("failure", self.detect.repeats.failure),
+            ("collaboration", self.detect.repeats.collaboration),
+            ("tool_call", self.detect.repeats.tool_call),
+            ("response", self.detect.repeats.response),
+            ("negative_result", self.detect.repeats.negative_result),
+        ] {
+            if r == 0 {
+                return bad(
+                    &format!("detect.repeats.{name}"),
+                    "must be at least 1 (an event cannot repeat nothing)".into(),
+                );
+            }
+        }
+        if self.policy.ladder.is_empty() {
+            return bad("policy.ladder", "needs at least one action".into());
+        }
+        if self.policy.external.is_empty() {
+            return bad("policy.external", "needs at least one action".into());
+        }
+        if self.model.threads == 0 || self.model.max_batch == 0 || self.model.cache_entries == 0 {
+            return bad(
+                "model",
+                "threads, max_batch and cache_entries must be at least 1".into(),
+            );
+        }
+        let j = &self.judge;
+        if j.kind != JudgeKind::None && j.url.trim().is_empty() {
+            return bad("judge.url", "a judge needs a URL".into());
+        }
+        if j.kind == JudgeKind::Openai && j.model.trim().is_empty() {
+            return bad("judge.model", "the openai judge needs a model name".into());
+        }
+        if j.kind != JudgeKind::None
+            && !(j.url.starts_with("http://") || j.url.starts_with("https://"))
+        {
+            return bad(
+                "judge.url",
+                format!("must start with http:// or https://, got `{}`", j.url),
+            );
+        }
+        if j.timeout_ms == 0 || j.timeout_ms >= self.server.request_timeout_ms {
+            return bad(
+                "judge.timeout_ms",
+                format!(
+                    "must be above 0 and below server.request_timeout_ms ({}) so a slow judge never times out the request",
+                    self.server.request_timeout_ms
+                ),
+            );
+        }
+        let s = &self.server;
+        if s.addr.parse::<std::net::SocketAddr>().is_err() {
+            return bad(
+                "server.addr",
+                format!("must be IP:PORT (e.g. 127.0.0.1:8080), got `{}`", s.addr),
+            );
+        }
+        if s.max_body_bytes < 1024 || s.max_batch_events == 0 || s.max_json_depth < 2 {
+            return bad(
+                "server",
+                "max_body_bytes >= 1024, max_batch_events >= 1 and max_json_depth >= 2".into(),
+            );
+        }
+        if self.model.max_text_chars < 16 {
+            return bad("model.max_text_chars", "must be at least 16".into());
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML (for `loopguard config`; see [`Config::redacted`]
+    /// for logs).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a config serialises")
+    }
+
+    /// The configuration with secrets replaced, for logs.
+    pub fn redacted(&self) -> Config {
+        let mut c = self.clone();
+        if c.server.auth_token.is_some() {
+            c.server.auth_token = Some("<redacted>".into());
+        }
+        c
+    }
+}

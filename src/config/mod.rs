@@ -1,0 +1,423 @@
+//! One configuration type for the reference file, your file, the environment and flags.
+//!
+//! The commented reference file `loopguard.toml` is compiled in and is the default. A user file
+//! is merged over it, then `LOOPGUARD_SECTION__KEY` environment variables, then flag overrides;
+//! the merged document is deserialised once, strictly: unknown keys are rejected with their path.
+
+mod load;
+
+use crate::signature::ErrorType;
+use crate::verdict::{ActionType, EscalationTarget, LoopKind};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The reference configuration, compiled in.
+pub const REFERENCE_TOML: &str = include_str!("../../loopguard.toml");
+
+/// Prefix of environment variables that set configuration keys.
+pub const ENV_PREFIX: &str = "LOOPGUARD_";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub model: ModelConfig,
+    pub detect: DetectConfig,
+    pub policy: PolicyConfig,
+    pub judge: JudgeConfig,
+    pub memory: MemoryConfig,
+    pub server: ServerConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    pub enabled: bool,
+    pub max_records: usize,
+    pub k: usize,
+    pub min_similarity: f32,
+    pub dedupe_similarity: f32,
+    pub exact_search_max_records: usize,
+    pub max_connections: usize,
+    pub ef_construction: usize,
+    pub ef_search: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub addr: String,
+    pub data_dir: PathBuf,
+    pub task_ttl_secs: u64,
+    pub expiry_sweep_secs: u64,
+    pub max_cached_tasks: usize,
+    pub max_body_bytes: usize,
+    pub max_batch_events: usize,
+    pub max_text_bytes: usize,
+    pub max_json_depth: usize,
+    pub request_timeout_ms: u64,
+    pub shutdown_grace_secs: u64,
+    #[serde(deserialize_with = "empty_string_as_none")]
+    pub auth_token: Option<String>,
+}
+
+fn empty_string_as_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = Option::<String>::deserialize(d)?;
+    Ok(s.filter(|s| !s.is_empty()))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelSource {
+    Local,
+    Hub,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub source: ModelSource,
+    pub dir: PathBuf,
+    #[serde(deserialize_with = "empty_as_none")]
+    pub ort_dylib: Option<PathBuf>,
+    pub threads: usize,
+    pub max_tokens: usize,
+    pub max_text_chars: usize,
+    pub max_batch: usize,
+    pub max_batch_tokens: usize,
+    pub queue_capacity: usize,
+    pub cache_entries: usize,
+}
+
+fn empty_as_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    let s = Option::<String>::deserialize(d)?;
+    Ok(s.filter(|s| !s.trim().is_empty()).map(PathBuf::from))
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Config::default().model
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+impl ModelConfig {
+    /// The model directory as an absolute path.
+    pub fn resolved_dir(&self) -> PathBuf {
+        absolute(&self.dir)
+    }
+
+    /// The ONNX Runtime library: the configured path, else `$ORT_DYLIB_PATH`, else the file
+    /// models/fetch.py writes. Always absolute (a relative dlopen path is resolved next to the
+    /// executable, not the working directory).
+    pub fn resolved_ort_dylib(&self) -> PathBuf {
+        let p = self
+            .ort_dylib
+            .clone()
+            .or_else(|| {
+                std::env::var_os("ORT_DYLIB_PATH")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
+            .unwrap_or_else(|| PathBuf::from("models/onnxruntime/libonnxruntime.so"));
+        absolute(&p)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetectConfig {
+    pub window: usize,
+    pub max_gap_secs: u64,
+    pub passive_tools: Vec<String>,
+    pub structural_match: bool,
+    pub enabled: EnabledDetectors,
+    pub similarity: Similarity,
+    pub repeats: Repeats,
+    pub cycles: Cycles,
+    pub responses: Responses,
+    pub steps: Steps,
+    pub transitions: Transitions,
+    pub regression: Regression,
+    pub budget: Budget,
+    pub external: External,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnabledDetectors {
+    pub exact_repeat: bool,
+    pub semantic_repeat: bool,
+    pub cycle: bool,
+    pub same_error: bool,
+    pub result_repeat: bool,
+    pub similar_response: bool,
+    pub collaboration_loop: bool,
+    pub step_limit: bool,
+    pub transition_cycle: bool,
+    pub regression: bool,
+    pub budget: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Similarity {
+    pub failure: f32,
+    pub tool_call: f32,
+    pub result: f32,
+    pub response: f32,
+    pub collaboration: f32,
+    pub grey_band: f32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Repeats {
+    pub failure: usize,
+    pub collaboration: usize,
+    pub tool_call: usize,
+    pub response: usize,
+    pub negative_result: usize,
+    pub max_between: usize,
+    pub new_work_breaks: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cycles {
+    pub min_period: usize,
+    pub max_period: usize,
+    pub repetitions: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Responses {
+    pub window: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Steps {
+    pub default: u32,
+    pub limits: BTreeMap<String, u32>,
+}
+
+impl Steps {
+    pub fn limit(&self, step: &str) -> u32 {
+        self.limits.get(step).copied().unwrap_or(self.default)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transitions {
+    pub repetitions: usize,
+    pub max_period: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Regression {
+    pub attempts: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    pub max_events: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct External {
+    pub types: Vec<ErrorType>,
+}
+
+/// An action in a ladder: `warn`, `pivot`, `escalate:planner`, ...
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActionSpec {
+    pub kind: ActionType,
+    pub target: Option<EscalationTarget>,
+}
+
+impl ActionSpec {
+    pub const fn new(kind: ActionType) -> Self {
+        ActionSpec { kind, target: None }
+    }
+}
+
+impl std::str::FromStr for ActionSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (head, target) = match s.split_once(':') {
+            Some((h, t)) => (h, Some(t)),
+            None => (s, None),
+        };
+        let kind = match head {
+            "continue" => ActionType::Continue,
+            "warn" => ActionType::Warn,
+            "retry_with_hint" => ActionType::RetryWithHint,
+            "pivot" => ActionType::Pivot,
+            "escalate" => ActionType::Escalate,
+            "pause" => ActionType::Pause,
+            "terminate" => ActionType::Terminate,
+            other => {
+                return Err(format!(
+                    "unknown action `{other}`; expected continue, warn, retry_with_hint, pivot, \
+                     escalate:user|planner|leader, pause or terminate"
+                ))
+            }
+        };
+        let target = match (kind, target) {
+            (ActionType::Escalate, None) => Some(EscalationTarget::User),
+            (ActionType::Escalate, Some("user")) => Some(EscalationTarget::User),
+            (ActionType::Escalate, Some("planner")) => Some(EscalationTarget::Planner),
+            (ActionType::Escalate, Some("leader")) => Some(EscalationTarget::Leader),
+            (ActionType::Escalate, Some(t)) => {
+                return Err(format!(
+                    "unknown escalation target `{t}`; expected user, planner or leader"
+                ))
+            }
+            (_, None) => None,
+            (k, Some(_)) => {
+                return Err(format!(
+                    "only escalate takes a target, not `{}`",
+                    k.as_str()
+                ))
+            }
+        };
+        Ok(ActionSpec { kind, target })
+    }
+}
+
+impl std::fmt::Display for ActionSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.target {
+            Some(t) => write!(f, "{}:{}", self.kind.as_str(), t.as_str()),
+            None => f.write_str(self.kind.as_str()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ActionSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for ActionSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    pub gate_at: u32,
+    pub pivot_at: u32,
+    pub repivot_at: u32,
+    pub max_pivots: u32,
+    pub ladder: Vec<ActionSpec>,
+    pub external: Vec<ActionSpec>,
+    pub kinds: BTreeMap<LoopKindKey, Vec<ActionSpec>>,
+}
+
+/// A loop kind used as a table key (`step_limit = [...]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LoopKindKey(pub LoopKind);
+
+impl<'de> Deserialize<'de> for LoopKindKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match LoopKind::parse(&s) {
+            Some(LoopKind::None) | None => Err(serde::de::Error::custom(format!(
+                "unknown loop kind `{s}` (see docs/DETECTION.md for the codes)"
+            ))),
+            Some(k) => Ok(LoopKindKey(k)),
+        }
+    }
+}
+
+impl Serialize for LoopKindKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.as_str())
+    }
+}
+
+impl PolicyConfig {
+    /// The kind's own ladder; an empty list in the config removes a default one.
+    pub fn kind_ladder(&self, kind: LoopKind) -> Option<&[ActionSpec]> {
+        self.kinds
+            .get(&LoopKindKey(kind))
+            .map(Vec::as_slice)
+            .filter(|l| !l.is_empty())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeKind {
+    /// No judge: ambiguous cases get the fallback.
+    None,
+    /// An OpenAI-compatible chat-completions server (OpenAI, vLLM, llama.cpp, Ollama).
+    Openai,
+    /// A URL of the user's that receives the evidence as JSON and answers a verdict.
+    Webhook,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fallback {
+    NoLoop,
+    Loop,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeConfig {
+    pub kind: JudgeKind,
+    pub fallback: Fallback,
+    pub ask_after_failures: u32,
+    pub url: String,
+    pub model: String,
+    pub api_key_env: String,
+    pub timeout_ms: u64,
+    pub retries: u32,
+    pub backoff_ms: u64,
+    pub max_calls_per_task: u32,
+    pub cache_entries: usize,
+    pub breaker_failures: u32,
+    pub breaker_cooldown_secs: u64,
+    pub max_evidence_events: usize,
+    pub max_evidence_chars: usize,
+    pub temperature: f32,
+}
+
+/// A configuration problem, with where it came from and the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{origin}: not valid TOML: {message}")]
+    Syntax { origin: String, message: String },
+    #[error("config key `{path}`: {message}")]
+    Invalid { path: String, message: String },
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,72 @@
+use super::*;
+
+#[test]
+fn reference_config_parses_and_is_the_default() {
+    let c = Config::default();
+    assert_eq!(c.policy.gate_at, 3);
+    assert_eq!(c.policy.max_pivots, 2);
+    assert_eq!(c.detect.steps.limit("worker"), 3);
+    assert_eq!(c.detect.steps.limit("anything"), 5);
+    assert_eq!(
+        c.policy.kind_ladder(LoopKind::TransitionCycle).unwrap()[0].to_string(),
+        "escalate:planner"
+    );
+    // Round trip: the effective config printed at start-up parses back to the same value.
+    assert_eq!(Config::from_toml_str(&c.to_toml()).unwrap(), c);
+}
+
+#[test]
+fn file_env_and_overrides_in_order() {
+    let env = vec![
+        (
+            "LOOPGUARD_DETECT__SIMILARITY__FAILURE".to_string(),
+            "0.7".to_string(),
+        ),
+        (
+            "LOOPGUARD_POLICY__LADDER".to_string(),
+            r#"["warn", "terminate"]"#.to_string(),
+        ),
+        ("LOOPGUARD_LOG".to_string(), "debug".to_string()),
+        ("UNRELATED".to_string(), "x".to_string()),
+    ];
+    let file = "[detect.similarity]\nfailure = 0.6\ntool_call = 0.5\n";
+    let c = Config::load(
+        Some(("f.toml", file)),
+        env.into_iter(),
+        &[("policy.gate_at".into(), "5".into())],
+    )
+    .unwrap();
+    assert_eq!(c.detect.similarity.failure, 0.7); // env beats file
+    assert_eq!(c.detect.similarity.tool_call, 0.5); // file beats default
+    assert_eq!(c.policy.gate_at, 5); // flag
+    assert_eq!(c.policy.ladder[1].kind, ActionType::Terminate);
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_their_path() {
+    let err = Config::from_toml_str("[detect.similarity]\nfailur = 0.9\n").unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("detect.similarity") && msg.contains("failur"),
+        "{msg}"
+    );
+    let err = Config::from_toml_str("[policy]\nladder = [\"dance\"]\n").unwrap_err();
+    assert!(err.to_string().contains("unknown action `dance`"), "{err}");
+    let err = Config::from_toml_str("[policy.kinds]\nloopy = [\"warn\"]\n").unwrap_err();
+    assert!(
+        err.to_string().contains("unknown loop kind `loopy`"),
+        "{err}"
+    );
+    let err = Config::from_toml_str("[detect]\nwindow = 3\n").unwrap_err();
+    assert!(err.to_string().contains("detect.window"), "{err}");
+    let err = Config::from_toml_str("not toml [").unwrap_err();
+    assert!(matches!(err, ConfigError::Syntax { .. }));
+}
+
+#[test]
+fn action_specs_parse() {
+    let a: ActionSpec = "escalate:planner".parse().unwrap();
+    assert_eq!(a.target, Some(EscalationTarget::Planner));
+    assert!("warn:user".parse::<ActionSpec>().is_err());
+    assert!("escalate:nobody".parse::<ActionSpec>().is_err());
+}

@@ -1,0 +1,180 @@
+//! The model thread: it owns the model, takes every job waiting in the queue (up to
+//! `max_batch` texts and a token budget) and runs them as one model call — continuous batching
+//! with no fill timer, so a lone request is never delayed. It checks the cache again before
+//! embedding, so two callers asking for the same text in quick succession cost one embedding.
+
+use super::*;
+
+pub(super) fn run<F>(
+    load: F,
+    inner: Arc<Inner>,
+    mut rx: mpsc::Receiver<Job>,
+    (max_batch, max_batch_tokens): (usize, usize),
+    observer: Option<BatchObserver>,
+) where
+    F: FnOnce() -> Result<Box<dyn EmbedBackend>, EmbedError>,
+{
+    // ort panics instead of returning errors in a few places (a library of the wrong version);
+    // a panic while loading becomes a load error, never a crashed process.
+    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut backend = load()?;
+        backend.embed_batch(&["warm up the model"])?;
+        Ok::<_, EmbedError>(backend)
+    }))
+    .unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic while loading the model".into());
+        Err(EmbedError::Unavailable(msg))
+    });
+    let mut backend = match loaded {
+        Ok(b) => {
+            let _ = inner.description.set(b.describe());
+            inner.state.store(READY, Ordering::Release);
+            tracing::info!(model = %b.describe(), "embedding model ready");
+            b
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "embedding model failed to load");
+            let _ = inner.failure.set(e.clone());
+            inner.state.store(FAILED, Ordering::Release);
+            // Answer whatever is queued, then stop: callers get the load error.
+            rx.close();
+            while let Some(job) = rx.blocking_recv() {
+                let _ = job.reply.send(Err(e.clone()));
+            }
+            return;
+        }
+    };
+
+    while let Some(first) = rx.blocking_recv() {
+        inner.busy.store(true, Ordering::Release);
+        inner.queued.fetch_sub(1, Ordering::AcqRel);
+        let mut jobs = vec![first];
+        let mut queued = jobs[0].texts.len();
+        // Take whatever else is waiting right now; never wait for more.
+        while queued < max_batch {
+            match rx.try_recv() {
+                Ok(job) => {
+                    inner.queued.fetch_sub(1, Ordering::AcqRel);
+                    queued += job.texts.len();
+                    jobs.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        // A caller that went away (timeout, closed connection) costs nothing.
+        jobs.retain(|j| !j.reply.is_closed());
+        if jobs.is_empty() {
+            inner.busy.store(false, Ordering::Release);
+            continue;
+        }
+        let result = run_jobs(
+            &mut *backend,
+            &inner,
+            &jobs,
+            (max_batch, max_batch_tokens),
+            observer.as_ref(),
+        );
+        for job in jobs {
+            let answer = match &result {
+                Ok(fresh) => {
+                    let mut cache = inner.cache.lock().expect("embedding cache lock");
+                    job.texts
+                        .iter()
+                        .map(|t| {
+                            fresh
+                                .get(t)
+                                .or_else(|| cache.get(t))
+                                .cloned()
+                                .ok_or_else(|| EmbedError::Model("embedding went missing".into()))
+                        })
+                        .collect()
+                }
+                Err(e) => Err(e.clone()),
+            };
+            let _ = job.reply.send(answer);
+        }
+        inner.busy.store(false, Ordering::Release);
+    }
+}
+
+fn run_jobs(
+    backend: &mut dyn EmbedBackend,
+    inner: &Inner,
+    jobs: &[Job],
+    (max_batch, max_batch_tokens): (usize, usize),
+    observer: Option<&BatchObserver>,
+) -> Result<std::collections::HashMap<String, Vector>, EmbedError> {
+    // Texts still missing from the cache, each once; sorted by length so each model call pads
+    // to similar lengths.
+    let mut todo: Vec<&str> = {
+        let mut cache = inner.cache.lock().expect("embedding cache lock");
+        let mut todo: Vec<&str> = Vec::new();
+        for t in jobs.iter().flat_map(|j| j.texts.iter()) {
+            if !cache.contains(t) && !todo.contains(&t.as_str()) {
+                todo.push(t.as_str());
+            }
+        }
+        // Keep hits fresh in the LRU so they survive this batch's inserts.
+        for t in jobs.iter().flat_map(|j| j.texts.iter()) {
+            cache.promote(t);
+        }
+        todo
+    };
+    todo.sort_by_key(|t| t.len());
+    let mut fresh = std::collections::HashMap::with_capacity(todo.len());
+    for chunk in chunks(&todo, max_batch, max_batch_tokens) {
+        let started = Instant::now();
+        let vectors = backend.embed_batch(chunk)?;
+        let took = started.elapsed();
+        inner.stats.record_batch(chunk.len(), took);
+        if let Some(observe) = observer {
+            observe(chunk.len(), took);
+        }
+        if vectors.len() != chunk.len() {
+            return Err(EmbedError::Model(format!(
+                "model returned {} vectors for {} texts",
+                vectors.len(),
+                chunk.len()
+            )));
+        }
+        let mut cache = inner.cache.lock().expect("embedding cache lock");
+        for (t, v) in chunk.iter().zip(vectors) {
+            let v = Vector::from(v);
+            cache.put((*t).to_string(), Arc::clone(&v));
+            fresh.insert((*t).to_string(), v);
+        }
+    }
+    Ok(fresh)
+}
+
+/// A rough token count (WordPiece on English and code averages 3-4 characters per token).
+fn approx_tokens(text: &str) -> usize {
+    text.len() / 3 + 2
+}
+
+/// Split texts sorted by length into model calls of at most `max_batch` texts and
+/// `max_batch_tokens` padded tokens (every text is padded to the longest in its call).
+pub(super) fn chunks<'a>(
+    sorted: &'a [&'a str],
+    max_batch: usize,
+    max_batch_tokens: usize,
+) -> Vec<&'a [&'a str]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < sorted.len() {
+        let mut end = start + 1;
+        while end < sorted.len()
+            && end - start < max_batch
+            && (end - start + 1) * approx_tokens(sorted[end]) <= max_batch_tokens
+        {
+            end += 1;
+        }
+        out.push(&sorted[start..end]);
+        start = end;
+    }
+    out
+}

@@ -1,0 +1,168 @@
+use super::*;
+use crate::config::Config;
+use crate::embed::StubBackend;
+use crate::verdict::LoopKind;
+
+fn rec(task: &str, text: &str) -> (LoopRecord, Vector) {
+    (
+        LoopRecord {
+            id: 0,
+            task_id: task.into(),
+            agent_id: None,
+            kind: LoopKind::SemanticRepeat,
+            tool: None,
+            text: text.into(),
+            ts: 0,
+            gated: false,
+            resolution: None,
+        },
+        Vector::from(StubBackend::vector(text)),
+    )
+}
+
+fn cfg(max: usize) -> MemoryConfig {
+    let mut c = Config::default().memory;
+    c.max_records = max;
+    c
+}
+
+#[test]
+fn finds_other_tasks_loops_with_their_resolution() {
+    let m = LoopMemory::in_memory(cfg(100));
+    let (r, v) = rec("a", "database connection pool exhausted");
+    m.remember(r, v).unwrap();
+    let (r, v) = rec("b", "the weather today is sunny and warm");
+    m.remember(r, v).unwrap();
+    m.resolve(
+        "a",
+        Resolution {
+            result: "human_intervention".into(),
+            note: Some("raised the pool size".into()),
+            ts: 1,
+        },
+    )
+    .unwrap();
+    let q = StubBackend::vector("database connection pool is exhausted");
+    let found = m.similar(&q, 3, 0.5, Some("c"));
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].task_id, "a");
+    assert_eq!(
+        found[0].resolution.as_ref().unwrap().note.as_deref(),
+        Some("raised the pool size")
+    );
+    // Never the asking task's own loops.
+    assert!(m.similar(&q, 3, 0.5, Some("a")).is_empty());
+}
+
+#[test]
+fn stays_within_its_bound_and_rebuilds_the_index() {
+    let m = LoopMemory::in_memory(cfg(50));
+    for i in 0..500 {
+        let (r, v) = rec(
+            &format!("t{i}"),
+            &format!("distinct failure number {i} alpha{i}"),
+        );
+        m.remember(r, v).unwrap();
+    }
+    assert_eq!(m.len(), 50);
+    // Loops remembered while a rebuild ran land in the new index as well; one more
+    // remember after it settles starts the rebuild they may call for.
+    m.wait_for_index();
+    let (r, v) = rec("t500", "distinct failure number 500 alpha500");
+    m.remember(r, v).unwrap();
+    m.wait_for_index();
+    assert!(
+        m.indexed_points() <= 51 * 4 / 3 + 1,
+        "{}",
+        m.indexed_points()
+    );
+    // The newest are kept.
+    let records = m.records();
+    assert_eq!(records.first().unwrap().task_id, "t451");
+}
+
+#[test]
+fn loops_remembered_during_a_rebuild_are_in_the_new_index() {
+    let mut c = cfg(100);
+    c.exact_search_max_records = 0;
+    let m = LoopMemory::in_memory(c);
+    for i in 0..10 {
+        let (r, v) = rec(&format!("old{i}"), &format!("old failure {i} beta{i}"));
+        m.remember(r, v).unwrap();
+    }
+    let snapshot = m.inner.read().unwrap().snapshot();
+    let index = build_index(&m.cfg, &snapshot);
+    let (r, v) = rec("new", "database connection pool exhausted");
+    m.remember(r, v).unwrap();
+    m.inner.write().unwrap().install(index, &snapshot);
+    assert_eq!(m.indexed_points(), 11);
+    let q = StubBackend::vector("database connection pool exhausted");
+    let found = m.similar(&q, 1, 0.9, None);
+    assert_eq!(found[0].task_id, "new");
+}
+
+#[test]
+fn a_reopened_memory_answers_before_and_after_its_index_is_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    {
+        let m = LoopMemory::open(cfg(1000), db.open_tree("mem").unwrap()).unwrap();
+        for i in 0..300 {
+            let (r, v) = rec(&format!("t{i}"), &format!("failure {i} gamma{i} delta"));
+            m.remember(r, v).unwrap();
+        }
+    }
+    let m = LoopMemory::open(cfg(1000), db.open_tree("mem").unwrap()).unwrap();
+    let q = StubBackend::vector("failure 123 gamma123 delta");
+    // Whether or not the build has finished, the answer is the same.
+    let before = m.similar(&q, 3, 0.0, None);
+    m.wait_for_index();
+    assert!(m.inner.read().unwrap().index_ready);
+    assert!(!m.index_building());
+    let after = m.similar(&q, 3, 0.0, None);
+    assert_eq!(before[0].task_id, "t123");
+    assert_eq!(before, after);
+    assert_eq!(m.indexed_points(), 300);
+    // The asking task is still left out when every record is compared.
+    m.inner.write().unwrap().index_ready = false;
+    let without = m.similar(&q, 3, 0.0, Some("t123"));
+    assert!(without.iter().all(|s| s.task_id != "t123"));
+    assert_eq!(without.len(), 3);
+}
+
+#[test]
+fn a_tasks_repeated_loop_is_stored_once() {
+    let m = LoopMemory::in_memory(cfg(10));
+    let (r, v) = rec("a", "same thing again");
+    assert!(m.remember(r.clone(), v.clone()).unwrap().is_some());
+    assert!(m.remember(r, v).unwrap().is_none());
+    assert_eq!(m.len(), 1);
+}
+
+#[test]
+fn survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    {
+        let m = LoopMemory::open(cfg(10), db.open_tree("mem").unwrap()).unwrap();
+        let (r, v) = rec("a", "database connection pool exhausted");
+        m.remember(r, v).unwrap();
+        m.resolve(
+            "a",
+            Resolution {
+                result: "success".into(),
+                note: None,
+                ts: 5,
+            },
+        )
+        .unwrap();
+    }
+    let m = LoopMemory::open(cfg(10), db.open_tree("mem").unwrap()).unwrap();
+    assert_eq!(m.len(), 1);
+    let q = StubBackend::vector("database connection pool exhausted");
+    let found = m.similar(&q, 1, 0.9, None);
+    assert_eq!(found[0].resolution.as_ref().unwrap().ts, 5);
+    // Ids continue after the stored ones.
+    let (r, v) = rec("b", "something else entirely");
+    assert_eq!(m.remember(r, v).unwrap(), Some(2));
+}

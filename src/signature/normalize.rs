@@ -1,0 +1,237 @@
+//! Keys and normalisation: the exact and normalised forms of a text, the numbers and resources
+//! it names, canonical JSON for tool arguments, and the head-and-tail trim of long texts.
+
+use regex::Regex;
+use sha2::{Digest, Sha256};
+use std::sync::LazyLock;
+
+/// SHA-256 of a text, hex encoded.
+pub fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// A short, stable 64-bit key of a text (first 8 bytes of its SHA-256), for in-memory identity.
+pub fn key64(text: &str) -> u64 {
+    let d = Sha256::digest(text.as_bytes());
+    u64::from_be_bytes(d[..8].try_into().expect("sha256 has 32 bytes"))
+}
+
+struct Rule {
+    re: Regex,
+    /// `None`: a long-hex candidate, replaced only when it is 12+ characters long.
+    with: Option<&'static str>,
+}
+
+fn rule(pattern: &str, with: &'static str) -> Rule {
+    Rule {
+        re: Regex::new(pattern).expect("normalisation pattern compiles"),
+        with: Some(with),
+    }
+}
+
+// Order matters: timestamps before bare times, UUIDs before long hex runs, `file:line` before
+// temp paths (a temp path swallows what follows it up to the colon).
+static VOLATILE: LazyLock<Vec<Rule>> = LazyLock::new(|| {
+    vec![
+        // 2026-11-21T10:00:00.123Z, 2026-11-21 10:00:00+02:00
+        rule(
+            r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?\b",
+            "<ts>",
+        ),
+        // Nov 22 02:33:57 (syslog)
+        rule(
+            r"(?i)\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]* +\d{1,2} +\d{2}:\d{2}:\d{2}\b",
+            "<ts>",
+        ),
+        rule(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b", "<time>"),
+        rule(
+            r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",
+            "<uuid>",
+        ),
+        rule(r"(?i)\b0x[0-9a-f]{4,}\b", "<hex>"),
+        // Hashes, commit ids, object ids: long hex runs that mix digits and letters.
+        Rule {
+            re: Regex::new(r"(?i)\b(?:[0-9a-f]*[0-9][0-9a-f]*[a-f][0-9a-f]*|[0-9a-f]*[a-f][0-9a-f]*[0-9][0-9a-f]*)\b")
+                .expect("normalisation pattern compiles"),
+            with: None,
+        },
+        // Line and column numbers: "line 42", "file.py:42:7".
+        rule(r"(?i)\b(line|ln|col|column|row)\s*\d+", "$1 <n>"),
+        rule(r"(\.[A-Za-z]{1,5}):\d+(?::\d+)?", "$1:<n>"),
+        // Temp paths: /tmp/..., /var/folders/..., /private/var/..., Windows Temp.
+        rule(r#"(?:/private)?/(?:tmp|var/folders|var/tmp)/[^\s'":,;)\]]+"#, "<tmp>"),
+        rule(r#"(?i)[a-z]:\\[^\s'":]*\\temp\\[^\s'":,;)\]]+"#, "<tmp>"),
+        rule(r"(?i)\btmp[a-z0-9_]{6,}\b", "<tmp>"),
+        // Durations: 3.2s, 120 ms, 5 minutes.
+        rule(
+            r"(?i)\b\d+(?:\.\d+)?\s?(?:ns|µs|us|ms|msec|s|sec|secs|seconds?|m|min|mins|minutes?|h|hrs?|hours?)\b",
+            "<dur>",
+        ),
+        // Counters: attempt 3, retry #2, iteration 7, pid 4242, port 51234.
+        rule(
+            r"(?i)\b(attempt|retry|retries|iteration|iter|pid|port|thread|worker|request|req)\s*(?:#|no\.?|number)?\s*\d+",
+            "$1 <n>",
+        ),
+        rule(r"#\d+\b", "#<n>"),
+    ]
+});
+
+static SPACES: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\s+").expect("compiles"));
+
+/// Strip volatile parts (timestamps, UUIDs, hex, temp paths, durations, line numbers, counters),
+/// collapse whitespace and lowercase, so the same message at a new time compares equal.
+pub fn normalize(text: &str) -> String {
+    let mut out = text.to_string();
+    for r in VOLATILE.iter() {
+        out = match r.with {
+            Some(with) => r.re.replace_all(&out, with).into_owned(),
+            None => replace_long_hex(&r.re, &out),
+        };
+    }
+    let out = SPACES.replace_all(out.trim(), " ").to_lowercase();
+    // "No matches found." and "No matches found" say the same; short texts' cosines move a lot
+    // on punctuation alone.
+    out.trim_end_matches(['.', '!', ';', ',', ':', ' '])
+        .to_string()
+}
+
+// Only runs of 12+ characters are ids; short words like "cafe1" or "a1" stay as they are.
+fn replace_long_hex(re: &Regex, text: &str) -> String {
+    re.replace_all(text, |caps: &regex::Captures| {
+        let m = &caps[0];
+        if m.len() >= 12 {
+            "<hex>".to_string()
+        } else {
+            m.to_string()
+        }
+    })
+    .into_owned()
+}
+
+// A number starts where no letter, digit or underscore precedes it: `150` in `100,150p` and
+// `30` in `30s` are numbers; the `3` of `python3` or `sha256` is part of a name.
+static NUMBER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?:^|[^A-Za-z0-9_])(\d+(?:\.\d+)?)").expect("compiles"));
+
+/// The numbers left in a normalised text, in order. Two texts whose numbers differ are not the
+/// same observation: a later page, a job further along, a different test count.
+pub fn numbers(normalized: &str) -> Vec<String> {
+    NUMBER
+        .captures_iter(normalized)
+        .map(|c| c[1].to_string())
+        .collect()
+}
+
+static RESOURCE_ID: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\b0x[0-9a-f]{6,}\b|\b[0-9a-f]*[0-9][0-9a-f]*[a-f][0-9a-f]{10,}\b|[A-Za-z0-9_][A-Za-z0-9_-]*\.[A-Za-z][A-Za-z0-9]{0,4}\b",
+    )
+    .expect("compiles")
+});
+
+/// The resources a tool call names: file names (`test_fix2.sql`), long hex ids (`0xCE32…`,
+/// commit ids) and UUIDs, sorted and deduplicated. Two calls naming different resources are
+/// different calls however alike they read — the same procedure on another input file is not a
+/// repeat. Volatile-text normalisation would erase exactly these, so they are taken from the
+/// text as given.
+pub fn resource_ids(text: &str) -> Vec<String> {
+    let mut ids: Vec<String> = RESOURCE_ID
+        .find_iter(text)
+        .map(|m| m.as_str().to_ascii_lowercase())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// Render JSON with sorted object keys and no insignificant whitespace, whatever the map order
+/// of the input (seed 002's `json.dumps(sort_keys=True)`).
+pub fn canonical_json(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        serde_json::Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// Render tool arguments as readable text for the embedding model: `key: value` lines, strings
+/// unquoted, nested values in canonical JSON. Key order is sorted so it is stable.
+pub fn args_text(tool: &str, args: &serde_json::Value) -> String {
+    let mut out = tool.to_string();
+    match args {
+        serde_json::Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            for k in keys {
+                out.push('\n');
+                out.push_str(k);
+                out.push_str(": ");
+                match &map[k] {
+                    serde_json::Value::String(s) => out.push_str(s),
+                    other => out.push_str(&canonical_json(other)),
+                }
+            }
+        }
+        serde_json::Value::Null => {}
+        serde_json::Value::String(s) => {
+            out.push('\n');
+            out.push_str(s);
+        }
+        other => {
+            out.push('\n');
+            out.push_str(&canonical_json(other));
+        }
+    }
+    out
+}
+
+/// A tool output as text: strings as they are, other JSON canonical.
+pub fn output_text(output: &serde_json::Value) -> String {
+    match output {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => canonical_json(other),
+    }
+}
+
+/// Keep the head and the tail of a long text: the model reads at most 256 tokens, and errors
+/// tend to sit at the end of an output while its subject sits at the start.
+pub fn head_tail(text: &str, max_chars: usize) -> String {
+    let count = text.chars().count();
+    if count <= max_chars {
+        return text.to_string();
+    }
+    let head = max_chars * 3 / 5;
+    let tail = max_chars - head;
+    let h: String = text.chars().take(head).collect();
+    let t: String = text.chars().skip(count - tail).collect();
+    format!("{h} … {t}")
+}

@@ -1,0 +1,119 @@
+//! What a tool result or a progress report says: test metrics read from runner summaries, and
+//! whether a result is negative (an error, "nothing found") or trivial (too little text to
+//! identify anything).
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
+
+/// Test results read from a progress event or from a test runner's summary text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TestMetrics {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<f64>,
+}
+
+static TEST_PATTERNS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
+    let r = |p: &str, what| (Regex::new(p).expect("test pattern compiles"), what);
+    vec![
+        // cargo: test result: FAILED. 3 passed; 2 failed;
+        r(
+            r"test result: \w+\. (\d+) passed; (\d+) failed",
+            "passed,failed",
+        ),
+        // jest: Tests:       2 failed, 5 passed, 7 total
+        r(r"Tests:\s+(\d+) failed, (\d+) passed", "failed,passed"),
+        r(r"Tests:\s+(\d+) passed", "passed"),
+        // pytest: === 2 failed, 10 passed in 0.12s ===  (either order)
+        r(r"(?i)\b(\d+) failed\b", "failed"),
+        r(r"(?i)\b(\d+) passed\b", "passed"),
+        // plain English: 3 tests failing, 1 test failed, 4 failures
+        r(
+            r"(?i)\b(\d+) tests? (?:are )?(?:failing|failed|fail)\b",
+            "failed",
+        ),
+        r(r"(?i)\b(\d+) (?:failures|failing)\b", "failed"),
+        r(
+            r"(?i)\b(\d+) tests? (?:are )?(?:passing|passed|pass)\b",
+            "passed",
+        ),
+        r(
+            r"(?i)coverage[^0-9%\n]{0,20}(\d+(?:\.\d+)?)\s?%",
+            "coverage",
+        ),
+        r(r"(?m)^TOTAL\s+.*?(\d+(?:\.\d+)?)%\s*$", "coverage"),
+    ]
+});
+
+impl TestMetrics {
+    pub fn is_empty(&self) -> bool {
+        self.passed.is_none() && self.failed.is_none() && self.coverage.is_none()
+    }
+
+    pub fn from_progress(p: &crate::event::Progress) -> Self {
+        TestMetrics {
+            passed: p.tests_passed,
+            failed: p.tests_failed,
+            coverage: p.coverage,
+        }
+    }
+
+    /// Read a test summary out of free text; the first pattern that sets a field wins.
+    pub fn extract(text: &str) -> Self {
+        let mut m = TestMetrics::default();
+        for (re, what) in TEST_PATTERNS.iter() {
+            if let Some(c) = re.captures(text) {
+                for (i, field) in what.split(',').enumerate() {
+                    let v = &c[i + 1];
+                    match field {
+                        "passed" if m.passed.is_none() => m.passed = v.parse().ok(),
+                        "failed" if m.failed.is_none() => m.failed = v.parse().ok(),
+                        "coverage" if m.coverage.is_none() => m.coverage = v.parse().ok(),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        m
+    }
+
+    /// Seed 000's progress: coverage improved or fewer tests failing (or more passing).
+    pub fn improved_over(&self, before: &TestMetrics) -> bool {
+        let gt = |a: Option<f64>, b: Option<f64>| matches!((a, b), (Some(a), Some(b)) if a > b);
+        let lt = |a: Option<u64>, b: Option<u64>| matches!((a, b), (Some(a), Some(b)) if a < b);
+        gt(self.coverage, before.coverage)
+            || lt(self.failed, before.failed)
+            || lt(before.passed, self.passed)
+    }
+
+    /// Worse than before: more tests failing or lower coverage. Fewer passing alone is not
+    /// worse: it is what running a smaller selection of tests looks like.
+    pub fn worse_than(&self, before: &TestMetrics) -> bool {
+        let lt_f = |a: Option<f64>, b: Option<f64>| matches!((a, b), (Some(a), Some(b)) if a < b);
+        let gt = |a: Option<u64>, b: Option<u64>| matches!((a, b), (Some(a), Some(b)) if a > b);
+        let fewer_failing = matches!((self.failed, before.failed), (Some(a), Some(b)) if a < b);
+        (gt(self.failed, before.failed) || lt_f(self.coverage, before.coverage)) && !fewer_failing
+    }
+}
+
+static NEGATIVE_RESULT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\bno (?:results?|matches?|match|files?|such|entries|records?|items?|data)\b|\bnot found\b|\bnothing found\b|\bdoes not exist\b|\bdoesn't exist\b|\bcould ?n[o']t find\b|\bcannot find\b|\bunable to find\b|\b0 (?:results?|matches?|hits|items|files)\b|\bfound 0\b|^\s*\[\]\s*$|^\s*\{\}\s*$")
+        .expect("compiles")
+});
+
+/// A result that reports nothing useful: nothing found, does not exist, an empty list.
+pub fn is_negative_result(text: &str) -> bool {
+    NEGATIVE_RESULT.is_match(text)
+}
+
+static TAGS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"<[^>\s]{1,40}>").expect("compiles"));
+
+/// A result with too little content to identify anything (empty, only markup, "OK").
+pub fn is_trivial_result(normalized: &str) -> bool {
+    let stripped = TAGS.replace_all(normalized, "");
+    stripped.chars().filter(|c| c.is_alphanumeric()).count() < 4
+}
