@@ -17,10 +17,10 @@ pub struct Envelope {
     /// A subtask shares the loop counter and window of its root task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_task_id: Option<String>,
-    /// Changing agents does not reset the loop counter (seed 000).
+    /// Changing agents does not reset the loop counter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
-    /// Workflow step name, for per-step iteration limits (seed 004).
+    /// Workflow step name, for per-step iteration limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
     /// The task's goal, when the orchestrator knows it: shown to the LLM judge. Kept from the
@@ -81,7 +81,7 @@ impl Event {
     }
 }
 
-/// An error the agent hit (seed 000's failure signature is extracted from it).
+/// An error the agent hit (its failure signature is extracted from it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Failure {
     pub message: String,
@@ -95,7 +95,7 @@ pub struct Failure {
     pub stack_trace: Option<String>,
 }
 
-/// A tool invocation, optionally with what it returned (seeds 001, 002).
+/// A tool invocation, optionally with what it returned.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ToolCall {
     pub tool: String,
@@ -127,13 +127,13 @@ impl ToolResult {
     }
 }
 
-/// The text of one LLM turn (seeds 003, 004).
+/// The text of one LLM turn.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Response {
     pub text: String,
 }
 
-/// One agent asking another for help (seed 000's collaboration loop).
+/// One agent asking another for help (collaboration loops).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Collaboration {
     pub from_agent: String,
@@ -141,7 +141,7 @@ pub struct Collaboration {
     pub request: String,
 }
 
-/// A workflow state transition (seed 004).
+/// A workflow state transition.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Transition {
     pub from: String,
@@ -150,7 +150,7 @@ pub struct Transition {
     pub reason: Option<String>,
 }
 
-/// Objective progress metrics (seed 000's progress definition).
+/// Objective progress metrics: what counts as progress.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Progress {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -171,7 +171,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Seed 000's fallback indicators: files created, dependencies added, code written.
+    /// Completion indicators when there are no tests: files created, dependencies added, code written.
     pub fn has_completion_indicators(&self) -> bool {
         self.files_created.unwrap_or(0) > 0
             || self.dependencies_added.unwrap_or(0) > 0
@@ -187,7 +187,7 @@ pub struct Outcome {
     pub note: Option<String>,
 }
 
-/// Seed 000: the counter resets on `success` and `human_intervention`, never on `agent_changed`.
+/// The counter resets on `success` and `human_intervention`, never on `agent_changed`.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OutcomeKind {

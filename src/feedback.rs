@@ -1,4 +1,4 @@
-//! Feedback on verdicts (seed 001's "false positives reported by users"): a verdict marked as a
+//! Feedback on verdicts (false positives and missed loops reported by users): a verdict marked as a
 //! false positive, or an event marked as a missed loop, is kept with the texts it was about, and
 //! exported in `loopguard calibrate`'s input formats so it feeds the next calibration.
 

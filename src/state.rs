@@ -1,7 +1,7 @@
 //! Per-task state: the bounded window of recent events, the loop counter, the pivot count and the
 //! rest of what detectors and policy remember between events.
 //!
-//! A subtask has no state of its own: it shares its root task's state (seed 000's "subtasks
+//! A subtask has no state of its own: it shares its root task's state ("subtasks
 //! inherit the parent's counter"), so the state is keyed by the root task id.
 
 use crate::audit::AuditEvent;
@@ -74,7 +74,7 @@ pub enum EntryBody {
         passive: bool,
     },
     Response {
-        /// SHA-256 of the trimmed text (seed 003).
+        /// SHA-256 of the trimmed text: identical responses are found without the model.
         sha256: String,
         sig: TextSig,
     },
@@ -194,7 +194,7 @@ pub struct MetricsObs {
 pub const METRICS_FROM_FAILURES: u64 = 1;
 pub const METRICS_FROM_PROGRESS: u64 = 2;
 
-/// An observed sign of progress (seed 000): better test results or completion indicators.
+/// An observed sign of progress: better test results or completion indicators.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ProgressMark {
     pub seq: u64,
@@ -257,9 +257,9 @@ pub struct TaskState {
     pub next_seq: u64,
     /// Every event ever seen: the global budget, which nothing resets.
     pub events_total: u64,
-    /// Seed 000's loop counter: reset by success or human intervention only.
+    /// The loop counter: reset by success or human intervention only.
     pub loop_count: u32,
-    /// Seed 003's entropy count: counted loops since the last pivot.
+    /// The entropy count: counted loops since the last pivot directive.
     pub entropy: u32,
     pub pivot_count: u32,
     pub status: TaskStatus,
@@ -327,7 +327,7 @@ impl TaskState {
         }
     }
 
-    /// Seed 000's reset (success or human intervention): counter, pivots and history go; the
+    /// The reset on success or human intervention: counter, pivots and history go; the
     /// global budget stays.
     pub fn reset(&mut self) {
         self.loop_count = 0;

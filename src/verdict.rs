@@ -87,7 +87,7 @@ pub enum ActionType {
     RetryWithHint,
     Pivot,
     Escalate,
-    /// The seeds' gate / PAUSED_FOR_INTERVENTION.
+    /// The gate: paused for human intervention.
     Pause,
     Terminate,
 }
@@ -106,7 +106,7 @@ impl ActionType {
     }
 }
 
-/// Who an escalation goes to (seed 004).
+/// Who an escalation goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EscalationTarget {

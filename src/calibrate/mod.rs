@@ -4,7 +4,7 @@
 //!
 //! - [`pairs`]: labelled text pairs `{"a", "b", "label": 0|1, "kind"?}`. Every text is embedded
 //!   once (batched, cached); the embedding cosine, loopguard's own matching rule and the lexical
-//!   baselines the seeds propose are scored side by side with the [`metrics`] of each.
+//!   baselines other detectors use (cosine 0.85, word Jaccard 0.8, exact match) are scored side by side with the [`metrics`] of each.
 //! - [`runs`]: labelled recorded runs (`score` input plus `"label": "loop" | "no_loop"`), replayed
 //!   through the real engine over a sweep of settings; run-level precision, recall, false alarms
 //!   and how early each loop is caught.

@@ -1,4 +1,4 @@
-//! `budget` (seed 004's max_iterations): the hard cap on events per root task. Nothing resets it;
+//! `budget` (max iterations): the hard cap on events per root task. Nothing resets it;
 //! every event beyond it is a `budget` verdict.
 
 use super::{Ctx, Finding};

@@ -1,5 +1,5 @@
-//! `collaboration_loop` (seed 000): agent A asks agent B for the same thing again, reworded or
-//! not (cosine above the collaboration threshold; seed 000 uses 0.85).
+//! `collaboration_loop`: agent A asks agent B for the same thing again, reworded or
+//! not (cosine above the collaboration threshold; the design default was 0.85).
 
 use super::repeat::{how, strongest};
 use super::{Ctx, Finding, Link};

@@ -1,4 +1,4 @@
-//! `cycle` (seed 001 level 2): the last `p` work events repeat the `p` before them,
+//! `cycle` (the second level of escalating loop checks): the last `p` work events repeat the `p` before them,
 //! `detect.cycles.repetitions` times, for a period `p` in `min_period..=max_period` — over exact
 //! *or* semantic identities, so A→B→A→B reworded is still a cycle. Work events are tool calls,
 //! failures and collaboration requests; thoughts in between do not break the pattern.

@@ -336,7 +336,7 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
         if !semantic_on(cfg, channel) && !text.is_exact() {
             text = Level::None;
         }
-        // Seed 000's secondary indicators: the same exception at the same place with the same
+        // Secondary indicators: the same exception at the same place with the same
         // stack is the same failure even when the message wording moved a lot.
         if let (
             EntryBody::Failure {

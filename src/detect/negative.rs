@@ -1,4 +1,4 @@
-//! `same_error` and `result_repeat` (seed 001 level 4, seed 000's "same error with varying
+//! `same_error` and `result_repeat` (the same error with varying
 //! actions"): calls, varied, that end in the same error or in the same "nothing found".
 //! Results that carry information (a file's content, a list of matches) never count here: only
 //! errors and empty findings, which bring no progress however the call was varied.

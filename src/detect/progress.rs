@@ -1,4 +1,4 @@
-//! Progress (seed 000): better test results or completion indicators are progress, not a loop.
+//! Progress: better test results or completion indicators are progress, not a loop.
 //! A repeat, cycle or same-error finding whose matched event is older than the latest progress
 //! mark is cancelled.
 

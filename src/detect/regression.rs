@@ -1,4 +1,4 @@
-//! `regression` (seed 000's "progressive degradation"): test results worse on each of the last
+//! `regression` (progressive degradation): test results worse on each of the last
 //! `detect.regression.attempts` observations — more failing, fewer passing or lower coverage —
 //! count as a loop even when the errors differ. Observations come from progress events and from
 //! test summaries in failure messages and tool outputs.

@@ -1,9 +1,9 @@
 //! `exact_repeat` / `semantic_repeat`: the same failure or the same tool call (with the same
 //! result) again.
 //!
-//! - Failures (seed 000): any earlier match in the window is a loop, exact or reworded; progress
+//! - Failures: any earlier match in the window is a loop, exact or reworded; progress
 //!   since the match cancels it.
-//! - Tool calls (seeds 001, 002): `detect.repeats.tool_call` earlier matches are needed, and they
+//! - Tool calls: `detect.repeats.tool_call` earlier matches are needed, and they
 //!   must form a chain with no new work between them. A test re-run after each *distinct* fix
 //!   (new work in between) or a poll whose output moves (a different result) is not a loop; the
 //!   same call with the same result and nothing new in between is.

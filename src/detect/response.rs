@@ -1,4 +1,4 @@
-//! `similar_response` (seed 004) and identical responses (seed 003's SHA-256 of the trimmed
+//! `similar_response` and identical responses (the SHA-256 of the trimmed
 //! text, reported as `exact_repeat`): an LLM turn that says what one of the last
 //! `detect.responses.window` turns said, `detect.repeats.response` times with no new work between.
 
@@ -12,7 +12,7 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
         return None;
     }
     let cfg = ctx.cfg;
-    // Only the most recent responses are compared (seed 004's window of 3).
+    // Only the most recent responses are compared (a window of 3 by default).
     let recent: Vec<u64> = ctx
         .state
         .window

@@ -1,4 +1,4 @@
-//! `step_limit` (seed 004): a workflow step entered more often than its limit (worker 3,
+//! `step_limit`: a workflow step entered more often than its limit (worker 3,
 //! judge 3, replan 2, default 5). A step is entered when an event names a step different from the
 //! previous event's, or when a transition leads into it.
 

@@ -1,4 +1,4 @@
-//! `transition_cycle` (seed 004): the same sequence of step transitions repeated
+//! `transition_cycle`: the same sequence of step transitions repeated
 //! `detect.transitions.repetitions` times (plan→implement→review→plan→implement→review).
 //! Counted once per period.
 

@@ -293,7 +293,7 @@ impl Ruling<'_> {
                 ),
             );
         }
-        // Seed 003: the pivot record, the pivot count and the entropy reset happen together;
+        // The pivot record, the pivot count and the entropy reset happen together;
         // the caller commits state and audit in one write.
         let entropy = state.entropy;
         state.pivot_count += 1;

@@ -1,5 +1,5 @@
 //! The LLM judge hook: asked only about cases the cheap signals cannot decide (a similarity in
-//! the grey band, repeated failures with no objective progress signal). Seed 000's orchestrator
+//! the grey band, repeated failures with no objective progress signal). An orchestrator
 //! "evaluates goal proximity"; here that is a trait, so the engine works — deterministically —
 //! with no judge at all.
 
@@ -175,8 +175,8 @@ pub fn from_config(cfg: &JudgeConfig) -> Result<Option<Arc<dyn Judge>>, String> 
     })
 }
 
-/// A judge that always gives the same answer: for tests and for reproducing seed 000's mock
-/// orchestrator LLM.
+/// A judge that always gives the same answer: for tests, and for measuring the most (or the
+/// least) a judge can change.
 #[derive(Debug, Clone)]
 pub struct FixedJudge(pub JudgeAnswer);
 

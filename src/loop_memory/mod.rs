@@ -1,4 +1,4 @@
-//! Cross-task loop memory (seed 000's "RAG learning"): loops seen in one task are kept with their
+//! Cross-task loop memory (learning from resolved loops): loops seen in one task are kept with their
 //! embedding, and when the task is resolved, with how it was resolved; a loop in another task
 //! that looks like one of them is told "this looked like X, which was resolved by Y".
 //!

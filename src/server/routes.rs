@@ -191,7 +191,7 @@ pub struct TaskView {
     /// `active`, `paused` (the gate fired or MAX_PIVOTS was exceeded) or `terminated` (budget).
     pub status: loopguard::verdict::TaskStatus,
     pub loop_count: u32,
-    /// Loops counted since the last pivot (seed 003's entropy count).
+    /// Loops counted since the last pivot (the entropy count).
     pub entropy_count: u32,
     pub pivot_count: u32,
     /// Every event of the task; the global budget counts these.
@@ -354,7 +354,7 @@ pub async fn get_history(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetRequest {
-    /// `success` or `human_intervention` (seed 000: the only resets).
+    /// `success` or `human_intervention` (the only outcomes that reset the counter).
     pub reason: String,
     /// Who resets (shown in the audit trail).
     #[serde(default)]

@@ -2,9 +2,9 @@
 //!
 //! - [`normalize`] strips the volatile parts of a text (timestamps, UUIDs, hex addresses, temp
 //!   paths, durations, counters, line numbers) so "the same error at a new time" is an exact match.
-//! - [`FailureSignature`] is seed 000's failure signature: exact message, error type, location,
+//! - [`FailureSignature`] is the failure signature: exact message, error type, location,
 //!   context hash of the stack trace, plus the normalised form and its hash.
-//! - [`canonical_json`] renders tool arguments with sorted keys (seed 002).
+//! - [`canonical_json`] renders tool arguments with sorted keys.
 //! - [`numbers`] lists the numbers left after normalisation: when they differ, two otherwise
 //!   similar texts are *not* the same (a page further on, a job further along, fewer tests failing).
 //! - [`TestMetrics::extract`] reads test summaries (pytest, cargo, jest, plain "N tests failing").
@@ -19,7 +19,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
 
-/// Error categories of seed 000, plus the external ones that do not count against the agent.
+/// Error categories, plus the external ones that do not count against the agent.
 #[derive(
     Debug,
     Clone,
@@ -200,7 +200,7 @@ pub fn exception_name(message: &str) -> Option<String> {
     EXCEPTION_NAME.captures(message).map(|c| c[1].to_string())
 }
 
-/// Seed 000's failure signature, with the normalised form that makes volatile variants equal.
+/// A failure signature, with the normalised form that makes volatile variants equal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FailureSignature {
     pub error_type: ErrorType,

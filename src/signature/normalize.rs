@@ -145,7 +145,7 @@ pub fn resource_ids(text: &str) -> Vec<String> {
 }
 
 /// Render JSON with sorted object keys and no insignificant whitespace, whatever the map order
-/// of the input (seed 002's `json.dumps(sort_keys=True)`).
+/// of the input (as `json.dumps(sort_keys=True)` does).
 pub fn canonical_json(value: &serde_json::Value) -> String {
     let mut out = String::new();
     write_canonical(value, &mut out);

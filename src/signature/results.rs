@@ -81,7 +81,7 @@ impl TestMetrics {
         m
     }
 
-    /// Seed 000's progress: coverage improved or fewer tests failing (or more passing).
+    /// Progress: coverage improved or fewer tests failing (or more passing).
     pub fn improved_over(&self, before: &TestMetrics) -> bool {
         let gt = |a: Option<f64>, b: Option<f64>| matches!((a, b), (Some(a), Some(b)) if a > b);
         let lt = |a: Option<u64>, b: Option<u64>| matches!((a, b), (Some(a), Some(b)) if a < b);

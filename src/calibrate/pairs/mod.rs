@@ -8,15 +8,16 @@
 //! Every text is prepared exactly as the engine prepares it (normalised, head and tail kept past
 //! `model.max_text_chars`) and embedded once. Five scorers are compared:
 //!
-//! - `loopguard`: what the engine's matcher decides (src/detect/matching.rs): equal after
-//!   normalisation is a match whatever the threshold; for failures, a message contained in the
-//!   other is too; texts whose numbers differ never match; otherwise the cosine. *The thresholds
+//! - `loopguard`: what the engine's matcher decides (`matching::rule_score`, the same function
+//!   the engine uses): equal after normalisation is a match whatever the threshold; for failures,
+//!   a message contained in the other is too; tool calls naming other resources and texts whose
+//!   numbers differ never match; otherwise the cosine. *The thresholds
 //!   loopguard should ship are chosen on this scorer*, because it is the rule they are used in.
 //! - `cosine`: the embedding cosine alone.
 //! - `exact`: equal after normalisation (what exact-signature detectors do).
-//! - `jaccard`: word Jaccard of the normalised texts (seed 004, threshold 0.8).
-//! - `levenshtein`: normalised Levenshtein similarity of the normalised texts (seed 004's
-//!   alternative).
+//! - `jaccard`: word Jaccard of the normalised texts (the word-overlap detectors' rule, threshold 0.8).
+//! - `levenshtein`: normalised Levenshtein similarity of the normalised texts (the same
+//!   detectors' alternative).
 
 mod render;
 mod score;
@@ -195,7 +196,7 @@ pub struct PairsInput {
     pub positives: usize,
 }
 
-/// A fixed threshold worth seeing next to the chosen ones (a seed's, the current config's).
+/// A fixed threshold worth seeing next to the chosen ones (another detector's, the current config's).
 #[derive(Debug, Clone, Serialize)]
 pub struct FixedPoint {
     pub name: String,
