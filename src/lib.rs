@@ -3,18 +3,20 @@
 //!
 //! # Layout
 //!
+//! Events flow top to bottom; docs/ARCHITECTURE.md has the whole picture.
+//!
 //! - [`event`]: events in (the envelope and the seven event types), parsed with JSON paths in errors.
 //! - [`signature`]: failure signatures, normalisation of volatile text, canonical JSON, test metrics.
-//! - [`observe`]: an event turned into what the engine keeps and compares.
 //! - [`embed`]: local embeddings; one thread owns the model, callers are batched, texts cached.
-//! - [`detect`]: the detectors, each a small unit, and identity matching (exact, normalised, semantic).
-//! - [`policy`]: loop counter, pivot directive, gate, per-kind ladders; the audit trail.
+//! - `detect`: identity matching (exact, normalised, semantic) and the detectors, one file each.
+//! - [`engine`]: one event in, one verdict out — the pipeline, one file per stage (observe, link,
+//!   detect, veto, judge, policy, commit), the per-task locks and the task lifecycle.
 //! - [`state`]: per-task state (window, counters), shared by a task and its subtasks.
 //! - [`store`]: where task state lives between events.
+//! - [`audit`]: the audit trail, and the one place its records become log lines and metrics.
 //! - [`judge`]: the LLM-judge hook for ambiguous cases.
-//! - [`memory`]: cross-task loop memory (HNSW over loops seen, with their resolutions).
+//! - [`loop_memory`]: cross-task loop memory (HNSW over loops seen, with their resolutions).
 //! - [`feedback`]: false positives and missed loops reported by users, exported for calibration.
-//! - [`engine`]: one event in, one verdict out.
 //! - [`verdict`]: verdicts out.
 //! - [`config`]: one configuration type for file, environment and flags.
 //! - [`score`]: batch scoring of recorded runs (`loopguard score`).
@@ -23,7 +25,7 @@
 pub mod audit;
 pub mod calibrate;
 pub mod config;
-pub mod detect;
+pub(crate) mod detect;
 pub mod embed;
 pub mod engine;
 pub mod event;

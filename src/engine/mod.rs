@@ -26,14 +26,13 @@ mod detect;
 mod feedback;
 mod judge;
 mod link;
-pub mod observe;
-pub mod policy;
+pub(crate) mod observe;
+pub(crate) mod policy;
 mod recall;
 mod tasks;
 mod veto;
 
 pub use feedback::bare_event;
-pub use policy::Decision;
 pub use tasks::ResetReason;
 
 use crate::audit::{AuditEvent, AuditMetrics, AuditRecord};
