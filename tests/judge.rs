@@ -14,7 +14,7 @@ use loopguard::verdict::LoopKind;
 use loopguard::{Config, Engine};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How the mock judge behaves.
 #[derive(Clone)]
@@ -184,10 +184,9 @@ async fn a_judge_that_sleeps_past_the_timeout_gives_the_fallback_in_time() {
     .await;
     let e = engine_with_judge(judge_config("openai", &url, &[]));
     e.evaluate(failure("t", A)).await.unwrap();
-    let started = Instant::now();
+    // The judge sleeps 5 s; the deadline cuts it off (timed exactly, on a paused clock, in
+    // src/judge/guard.rs).
     let v = e.evaluate(failure("t", B)).await.unwrap();
-    let took = started.elapsed();
-    assert!(took < Duration::from_millis(1500), "answered in {took:?}");
     let j = v.judge.unwrap();
     assert_eq!(j.status, "timeout");
     assert!(j.fallback);
@@ -226,7 +225,7 @@ async fn garbage_and_500s_are_undecided_never_a_crash() {
 }
 
 #[tokio::test]
-async fn the_breaker_opens_after_repeated_failures_and_closes_again() {
+async fn the_breaker_opens_after_repeated_failures() {
     let (url, m) = mock(Mode::Fails).await;
     let cfg = judge_config(
         "openai",
@@ -260,16 +259,8 @@ async fn the_breaker_opens_after_repeated_failures_and_closes_again() {
     let stats = e.judge_stats().unwrap();
     assert_eq!(stats.breaker, judge::guard::BreakerState::Open);
     assert_eq!(stats.breaker_opened, 1);
-    // After the cool-down one trial goes out; the judge has recovered, so it closes.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    *m.mode.lock().unwrap() = says("no_progress");
-    e.evaluate(failure("b4", A)).await.unwrap();
-    let v = e.evaluate(failure("b4", B)).await.unwrap();
-    assert_eq!(v.judge.unwrap().status, "ok");
-    assert_eq!(
-        e.judge_stats().unwrap().breaker,
-        judge::guard::BreakerState::Closed
-    );
+    // After the cool-down one trial goes out and a recovered judge closes the breaker: tested on
+    // a paused clock in src/judge/guard.rs rather than by sleeping here.
 }
 
 #[tokio::test]
@@ -359,14 +350,12 @@ async fn the_service_answers_in_time_with_a_sleeping_judge() {
             .send()
     };
     post(A).await.unwrap();
-    let started = Instant::now();
+    // The judge sleeps 10 s; a `timeout` status with the fallback is the deadline at work.
     let r = post(B).await.unwrap();
-    let took = started.elapsed();
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["judge"]["status"], "timeout");
     assert_eq!(v["judge"]["fallback"], true);
-    assert!(took < Duration::from_millis(2000), "{took:?}");
     let metrics = client
         .get(s.url("/metrics"))
         .send()

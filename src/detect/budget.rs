@@ -19,3 +19,25 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     f.vetoable = false;
     Some(f)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::detect;
+    use crate::detect::testkit::{bash, Scene};
+
+    #[test]
+    fn fires_past_the_budget_and_cannot_be_vetoed() {
+        let mut s = Scene::with(|c| c.detect.budget.max_events = 2);
+        assert!(s.detect(detect, bash("a", "1")).is_none());
+        assert!(s.detect(detect, bash("b", "2")).is_none());
+        let f = s.detect(detect, bash("c", "3")).expect("event 3 of 2");
+        assert!(!f.vetoable);
+        let mut s = Scene::with(|c| c.detect.budget.max_events = 0);
+        for i in 0..5 {
+            assert!(
+                s.detect(detect, bash(&format!("cmd{i}"), "x")).is_none(),
+                "0 means no budget"
+            );
+        }
+    }
+}

@@ -36,3 +36,31 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     f.similarity = best.similarity();
     Some(f)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::detect;
+    use crate::detect::testkit::Scene;
+    use crate::verdict::LoopKind;
+    use serde_json::json;
+
+    fn ask(from: &str, to: &str, request: &str) -> serde_json::Value {
+        json!({"type": "collaboration", "from_agent": from, "to_agent": to, "request": request})
+    }
+
+    #[test]
+    fn the_same_request_to_the_same_agent_is_a_loop_but_not_to_another() {
+        let mut s = Scene::new();
+        assert!(s
+            .detect(detect, ask("dev", "qa", "Please review the login page"))
+            .is_none());
+        assert!(s
+            .detect(detect, ask("dev", "ops", "Please review the login page"))
+            .is_none());
+        let f = s
+            .detect(detect, ask("dev", "qa", "Please review the login page"))
+            .expect("asked qa again");
+        assert_eq!(f.kind, LoopKind::CollaborationLoop);
+        assert_eq!(f.matched, Some(1));
+    }
+}

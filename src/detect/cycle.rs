@@ -57,3 +57,46 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::detect;
+    use crate::detect::testkit::{bash, Scene};
+    use crate::verdict::LoopKind;
+
+    #[test]
+    fn an_alternation_repeated_is_a_cycle_counted_once_per_period() {
+        let mut s = Scene::new();
+        let (a, b) = (
+            bash("git stash", "Saved"),
+            bash("git stash pop", "Restored"),
+        );
+        let mut found = Vec::new();
+        for _ in 0..4 {
+            found.push(s.detect(detect, a.clone()));
+            found.push(s.detect(detect, b.clone()));
+        }
+        let first = found.iter().position(Option::is_some).expect("a cycle");
+        let f = found[first].as_ref().unwrap();
+        assert_eq!(
+            (f.kind, f.period, f.counts),
+            (LoopKind::Cycle, Some(2), true)
+        );
+        let counted: Vec<bool> = found[first..]
+            .iter()
+            .map(|f| f.as_ref().unwrap().counts)
+            .collect();
+        assert_eq!(
+            counted.iter().filter(|c| **c).count(),
+            counted.len().div_ceil(2)
+        );
+    }
+
+    #[test]
+    fn one_thing_repeated_is_not_a_cycle() {
+        let mut s = Scene::new();
+        for _ in 0..6 {
+            assert!(s.detect(detect, bash("ls", "a b c")).is_none());
+        }
+    }
+}

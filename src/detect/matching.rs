@@ -456,3 +456,108 @@ fn inherit_identity(state: &TaskState, links: &mut [Link]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::testkit::{bash, Scene};
+    use crate::engine::observe::compared_text;
+    use proptest::prelude::*;
+
+    const WORDS: [&str; 10] = [
+        "error", "cannot", "open", "file", "parser", "module", "run", "test", "config", "found",
+    ];
+
+    fn text() -> impl Strategy<Value = String> {
+        (
+            proptest::collection::vec(0..WORDS.len(), 1..6),
+            proptest::option::of(0u32..500),
+            proptest::option::of(0..3usize),
+        )
+            .prop_map(|(words, number, file)| {
+                let mut t: Vec<String> = words.into_iter().map(|i| WORDS[i].to_string()).collect();
+                if let Some(n) = number {
+                    t.push(format!("{n} items"));
+                }
+                if let Some(f) = file {
+                    t.push(["a.py", "b.sql", "c.rs"][f].to_string());
+                }
+                t.join(" ")
+            })
+    }
+
+    fn channel() -> impl Strategy<Value = (Channel, Part)> {
+        prop_oneof![
+            Just((Channel::Failure, Part::Main)),
+            Just((Channel::ToolCall, Part::Main)),
+            Just((Channel::ToolCall, Part::Result)),
+            Just((Channel::Response, Part::Main)),
+            Just((Channel::Collaboration, Part::Main)),
+        ]
+    }
+
+    proptest! {
+        /// Whether two texts are the same does not depend on which came first.
+        #[test]
+        fn the_rule_is_symmetric(a in text(), b in text(), (ch, part) in channel(), cos in -1f32..1.0) {
+            let (sa, sb) = (compared_text(ch, part, &a, 500), compared_text(ch, part, &b, 500));
+            prop_assert_eq!(
+                rule_score(ch, part, &sa, &sb, Some(cos)),
+                rule_score(ch, part, &sb, &sa, Some(cos))
+            );
+        }
+
+        /// Texts whose numbers differ are never the same by their cosine: a later page or a job
+        /// further along is new information. (Equal keys or one failure message inside the other
+        /// still decide.)
+        #[test]
+        fn other_numbers_never_match_by_cosine(a in text(), n in 0u32..1000, m in 0u32..1000, (ch, part) in channel()) {
+            prop_assume!(n != m);
+            let (x, y) = (format!("{a} {n} left"), format!("{a} {m} left"));
+            let (sx, sy) = (compared_text(ch, part, &x, 500), compared_text(ch, part, &y, 500));
+            prop_assert_eq!(rule_score(ch, part, &sx, &sy, Some(1.0)), f32::NEG_INFINITY);
+        }
+
+        /// A tool call on another resource is other work, whatever the cosine.
+        #[test]
+        fn other_resources_never_match(a in text(), f in 0..3usize, g in 0..3usize) {
+            prop_assume!(f != g);
+            let files = ["x.py", "y.sql", "z.rs"];
+            let (x, y) = (format!("run {} {a}", files[f]), format!("run {} {a}", files[g]));
+            let (sx, sy) = (
+                compared_text(Channel::ToolCall, Part::Main, &x, 500),
+                compared_text(Channel::ToolCall, Part::Main, &y, 500),
+            );
+            prop_assert_eq!(rule_score(Channel::ToolCall, Part::Main, &sx, &sy, Some(1.0)), f32::NEG_INFINITY);
+        }
+
+        /// An exact repeat of `a` is also the same as every rewording the window linked to `a`,
+        /// without the model being asked.
+        #[test]
+        fn exact_repeats_inherit_the_identity_of_rewordings(out in text()) {
+            let mut s = Scene::new();
+            s.push(bash("python reproduce.py", &out));
+            s.push(bash("python  reproduce.py ", &out));
+            let b = s.state.window.back().unwrap();
+            prop_assume!(b.is_same_as(1));
+            let p = s.probe(bash("python reproduce.py", &out));
+            prop_assert!(p.entry.is_same_as(1) && p.entry.is_same_as(2), "{:?}", p.entry.same_as);
+        }
+    }
+
+    #[test]
+    fn identity_passes_between_rewordings_only_when_they_nearly_match() {
+        let mut s = Scene::new();
+        let out = "Traceback: KeyError 'name'";
+        s.push(bash("python reproduce.py", out));
+        s.push(bash("cd /testbed && python reproduce.py", out));
+        s.push(bash("ls", "reproduce.py"));
+        let p = s.probe(bash("python reproduce.py", out));
+        assert!(
+            p.entry.is_same_as(1) && p.entry.is_same_as(2),
+            "{:?}",
+            p.entry.same_as
+        );
+        assert!(!p.entry.is_same_as(3));
+    }
+}

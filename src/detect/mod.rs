@@ -17,6 +17,9 @@ pub mod response;
 pub mod steps;
 pub mod transitions;
 
+#[cfg(test)]
+pub(crate) mod testkit;
+
 use crate::config::DetectConfig;
 use crate::state::MetricsObs;
 use crate::state::{Entry, TaskState};

@@ -57,3 +57,46 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     f.similarity = best.cos_result;
     Some(f)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::detect;
+    use crate::detect::testkit::{bash, bash_err, Scene};
+    use crate::verdict::LoopKind;
+
+    #[test]
+    fn varied_calls_ending_in_the_same_error_are_a_loop() {
+        let mut s = Scene::new();
+        let err = "ModuleNotFoundError: No module named 'foo'";
+        assert!(s.detect(detect, bash_err("python run.py", err)).is_none());
+        assert!(s
+            .detect(detect, bash_err("python3 run.py --fast", err))
+            .is_none());
+        let f = s
+            .detect(detect, bash_err("python -m run", err))
+            .expect("third varied call, same error");
+        assert_eq!(f.kind, LoopKind::SameError);
+    }
+
+    #[test]
+    fn results_that_carry_information_never_count() {
+        let mut s = Scene::new();
+        for cmd in ["cat a.py", "cat b.py", "cat c.py"] {
+            assert!(s
+                .detect(detect, bash(cmd, "def f():\n    return 1"))
+                .is_none());
+        }
+    }
+
+    #[test]
+    fn nothing_found_again_and_again_is_a_result_repeat() {
+        let mut s = Scene::new();
+        let none = "No matches found for \"parse_config\"";
+        s.push(bash("grep -r parse_config src", none));
+        s.push(bash("grep -rn parse_config src/", none));
+        let f = s
+            .detect(detect, bash("grep -rni parse_config src", none))
+            .expect("the same empty result");
+        assert_eq!(f.kind, LoopKind::ResultRepeat);
+    }
+}

@@ -76,3 +76,38 @@ pub fn veto(state: &TaskState, finding: &Finding) -> Option<String> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{mark_reason, veto};
+    use crate::detect::testkit::{bash, Scene};
+    use crate::detect::Finding;
+    use crate::verdict::LoopKind;
+
+    #[test]
+    fn fewer_failing_tests_are_progress_that_vetoes_older_matches() {
+        let mut s = Scene::new();
+        s.push(bash("pytest", "3 failed, 7 passed"));
+        s.push(bash("pytest", "1 failed, 9 passed"));
+        let reason = s
+            .state
+            .progress_marks
+            .back()
+            .expect("a progress mark")
+            .reason
+            .clone();
+        assert!(reason.contains("failing 3 → 1"), "{reason}");
+        let mut f = Finding::new(LoopKind::ExactRepeat, "r".into());
+        f.matched = Some(1);
+        assert!(
+            veto(&s.state, &f).is_some(),
+            "progress after the match cancels it"
+        );
+        f.matched = Some(2);
+        assert!(veto(&s.state, &f).is_none(), "no progress after the match");
+        f.matched = Some(1);
+        f.vetoable = false;
+        assert!(veto(&s.state, &f).is_none());
+        assert!(mark_reason(&s.state, None, None).is_none());
+    }
+}

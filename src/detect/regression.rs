@@ -61,3 +61,36 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     f.vetoable = false;
     Some(f)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::detect;
+    use crate::detect::testkit::{bash, Scene};
+    use crate::verdict::LoopKind;
+
+    #[test]
+    fn results_worse_each_time_from_one_source_are_a_regression() {
+        let mut s = Scene::new();
+        let n = s.cfg.detect.regression.attempts;
+        let mut last = None;
+        for failing in 1..=n {
+            last = s.detect(
+                detect,
+                bash("pytest", &format!("{failing} failed, 10 passed")),
+            );
+        }
+        assert_eq!(last.expect("worse each time").kind, LoopKind::Regression);
+    }
+
+    #[test]
+    fn another_source_is_not_compared() {
+        let mut s = Scene::new();
+        let n = s.cfg.detect.regression.attempts;
+        for failing in 1..=n {
+            let cmd = format!("pytest tests/test_{failing}.py");
+            assert!(s
+                .detect(detect, bash(&cmd, &format!("{failing} failed")))
+                .is_none());
+        }
+    }
+}

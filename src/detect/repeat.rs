@@ -101,3 +101,58 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::detect;
+    use crate::detect::testkit::{bash, failure, Scene};
+    use crate::verdict::LoopKind;
+
+    #[test]
+    fn a_failure_seen_before_is_a_loop_and_says_how_it_matched() {
+        let mut s = Scene::new();
+        assert!(s
+            .detect(detect, failure("TypeError: x is undefined at 10:00:00"))
+            .is_none());
+        let f = s
+            .detect(detect, failure("TypeError: x is undefined at 11:30:05"))
+            .expect("the same failure at a new time");
+        assert_eq!(f.kind, LoopKind::ExactRepeat);
+        assert_eq!(f.matched, Some(1));
+        assert!(
+            f.reason.contains("the same after normalisation"),
+            "{}",
+            f.reason
+        );
+    }
+
+    #[test]
+    fn a_tool_call_needs_its_result_to_repeat_too_and_counts_on_the_third() {
+        let mut s = Scene::new();
+        assert!(s.detect(detect, bash("pytest -x", "1 failed")).is_none());
+        assert!(s.detect(detect, bash("pytest -x", "1 failed")).is_none());
+        let f = s
+            .detect(detect, bash("pytest -x", "1 failed"))
+            .expect("third time");
+        assert_eq!(f.kind, LoopKind::ExactRepeat);
+        assert!(f.reason.contains("the 3rd time"), "{}", f.reason);
+        // The same call with another result is a poll that moved, not a repeat.
+        let mut s = Scene::new();
+        for out in ["building 10%", "building 20%", "building 30%"] {
+            assert!(s.detect(detect, bash("tail build.log", out)).is_none());
+        }
+    }
+
+    #[test]
+    fn new_work_in_between_breaks_the_chain() {
+        let mut s = Scene::new();
+        s.push(bash("pytest -x", "1 failed"));
+        s.push(bash("sed -i s/a/b/ app.py", ""));
+        s.push(bash("pytest -x", "1 failed"));
+        s.push(bash("sed -i s/c/d/ app.py", ""));
+        assert!(
+            s.detect(detect, bash("pytest -x", "1 failed")).is_none(),
+            "a test re-run after each distinct fix is not a loop"
+        );
+    }
+}

@@ -47,3 +47,30 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     f.similarity = best.similarity();
     Some(f)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::detect;
+    use crate::detect::testkit::{bash, response, Scene};
+    use crate::verdict::LoopKind;
+
+    #[test]
+    fn the_same_response_again_is_a_loop_and_identical_text_is_exact() {
+        let mut s = Scene::with(|c| c.detect.repeats.response = 1);
+        s.push(response("I will now fix the parser."));
+        let f = s
+            .detect(detect, response("I will now fix the parser."))
+            .expect("identical");
+        assert_eq!(f.kind, LoopKind::ExactRepeat);
+    }
+
+    #[test]
+    fn new_work_between_responses_breaks_them_apart() {
+        let mut s = Scene::with(|c| c.detect.repeats.response = 1);
+        s.push(response("Let me look at the parser."));
+        s.push(bash("cat parser.py", "def parse(): ..."));
+        assert!(s
+            .detect(detect, response("Let me look at the parser."))
+            .is_none());
+    }
+}

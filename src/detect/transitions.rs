@@ -50,3 +50,40 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::detect;
+    use crate::detect::testkit::Scene;
+    use crate::verdict::LoopKind;
+    use serde_json::json;
+
+    fn go(from: &str, to: &str) -> serde_json::Value {
+        json!({"type": "transition", "from": from, "to": to})
+    }
+
+    #[test]
+    fn a_transition_pattern_repeated_fires_once_per_period() {
+        let mut s = Scene::new();
+        let pattern = [
+            ("plan", "implement"),
+            ("implement", "review"),
+            ("review", "plan"),
+        ];
+        let mut found = Vec::new();
+        for _ in 0..3 {
+            for (a, b) in pattern {
+                found.push(s.detect(detect, go(a, b)));
+            }
+        }
+        let hits: Vec<_> = found.iter().flatten().collect();
+        assert!(!hits.is_empty());
+        assert!(hits
+            .iter()
+            .all(|f| f.kind == LoopKind::TransitionCycle && f.period == Some(3)));
+        assert_eq!(
+            hits.iter().filter(|f| f.counts).count(),
+            hits.len().div_ceil(3)
+        );
+    }
+}

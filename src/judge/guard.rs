@@ -10,7 +10,9 @@ use lru::LruCache;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// Tokio's clock, so tests can pause and advance time instead of sleeping.
+use tokio::time::Instant;
 
 /// Counters for metrics.
 #[derive(Debug, Default)]
@@ -266,5 +268,156 @@ impl<B: Backend> Judge for GuardedJudge<B> {
             breaker_opened: s.breaker_opened.load(Relaxed),
             breaker: self.breaker_state(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::judge::http::AttemptFuture;
+    use crate::judge::{EvidenceEvent, JudgeVerdict};
+    use std::collections::VecDeque;
+
+    /// What the scripted backend does on each attempt.
+    #[derive(Clone)]
+    enum Step {
+        Answer,
+        Sleep(Duration),
+        Transient,
+    }
+
+    struct Scripted {
+        steps: Mutex<VecDeque<Step>>,
+        attempts: AtomicU64,
+    }
+
+    impl Scripted {
+        fn new(steps: &[Step]) -> Scripted {
+            Scripted {
+                steps: Mutex::new(steps.iter().cloned().collect()),
+                attempts: AtomicU64::new(0),
+            }
+        }
+    }
+
+    impl Backend for Scripted {
+        fn attempt<'a>(&'a self, _: &'a Evidence, _: Duration) -> AttemptFuture<'a> {
+            self.attempts.fetch_add(1, Relaxed);
+            let step = self
+                .steps
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(Step::Answer);
+            Box::pin(async move {
+                match step {
+                    Step::Answer => Ok(JudgeAnswer {
+                        status: JudgeStatus::Ok,
+                        verdict: Some(JudgeVerdict::NoProgress),
+                        confidence: None,
+                        reason: None,
+                    }),
+                    Step::Sleep(d) => {
+                        tokio::time::sleep(d).await;
+                        Ok(JudgeAnswer::undecided(JudgeStatus::Ok, "late"))
+                    }
+                    Step::Transient => Err(AttemptError::Transient("HTTP 503".into())),
+                }
+            })
+        }
+
+        fn name(&self) -> &'static str {
+            "scripted"
+        }
+    }
+
+    fn cfg(change: impl FnOnce(&mut JudgeConfig)) -> JudgeConfig {
+        let mut c = crate::config::Config::default().judge;
+        c.timeout_ms = 800;
+        c.retries = 2;
+        c.backoff_ms = 100;
+        c.breaker_failures = 3;
+        c.breaker_cooldown_secs = 30;
+        c.cache_entries = 0;
+        change(&mut c);
+        c
+    }
+
+    fn evidence(task: &str) -> Evidence {
+        Evidence {
+            task_id: task.into(),
+            goal: None,
+            question: "same?".into(),
+            recent: Vec::new(),
+            current: EvidenceEvent {
+                seq: 1,
+                kind: "failure".into(),
+                text: "x".into(),
+            },
+            metrics: None,
+            candidate: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_judge_that_sleeps_is_cut_off_exactly_at_the_deadline() {
+        let j = GuardedJudge::new(
+            Scripted::new(&[Step::Sleep(Duration::from_secs(5))]),
+            &cfg(|_| {}),
+        );
+        let started = Instant::now();
+        let a = j.evaluate(&evidence("t")).await;
+        assert_eq!(a.status, JudgeStatus::Timeout);
+        assert_eq!(started.elapsed(), Duration::from_millis(800));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_errors_are_retried_with_backoff_within_the_deadline() {
+        let j = GuardedJudge::new(
+            Scripted::new(&[Step::Transient, Step::Transient, Step::Answer]),
+            &cfg(|_| {}),
+        );
+        let started = Instant::now();
+        let a = j.evaluate(&evidence("t")).await;
+        assert_eq!(a.status, JudgeStatus::Ok);
+        // 100 ms, then 200 ms of backoff.
+        assert_eq!(started.elapsed(), Duration::from_millis(300));
+        assert_eq!(j.backend.attempts.load(Relaxed), 3);
+        // No time left for the next backoff: a timeout, not a late retry.
+        let j = GuardedJudge::new(
+            Scripted::new(&[Step::Transient, Step::Transient, Step::Answer]),
+            &cfg(|c| c.timeout_ms = 250),
+        );
+        let a = j.evaluate(&evidence("t")).await;
+        assert_eq!(a.status, JudgeStatus::Timeout);
+        assert!(a.reason.unwrap().contains("no time left to retry"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_breaker_opens_after_failures_and_one_trial_after_the_cool_down_closes_it() {
+        let j = GuardedJudge::new(
+            Scripted::new(&[Step::Transient, Step::Transient, Step::Transient]),
+            &cfg(|c| c.retries = 0),
+        );
+        for i in 0..3 {
+            let a = j.evaluate(&evidence(&format!("b{i}"))).await;
+            assert_eq!(a.status, JudgeStatus::Unavailable);
+        }
+        assert_eq!(j.breaker_state(), BreakerState::Open);
+        let a = j.evaluate(&evidence("b3")).await;
+        assert!(a.reason.unwrap().contains("circuit breaker"));
+        assert_eq!(
+            j.backend.attempts.load(Relaxed),
+            3,
+            "the open breaker sent nothing"
+        );
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert_eq!(j.breaker_state(), BreakerState::Open);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(j.breaker_state(), BreakerState::HalfOpen);
+        let a = j.evaluate(&evidence("b4")).await;
+        assert_eq!(a.status, JudgeStatus::Ok);
+        assert_eq!(j.breaker_state(), BreakerState::Closed);
+        assert_eq!(j.stats.breaker_opened.load(Relaxed), 1);
     }
 }

@@ -1,0 +1,168 @@
+//! A test scene for detector unit tests: events observed and linked the way the engine does it,
+//! with the lexical stub embedder (fast, deterministic) instead of the model, so each detector
+//! can be tested as a pure function of its context. Behaviour that depends on real similarity is
+//! tested with the real model in `tests/`.
+
+use super::{matching, Ctx, Detector, Finding, Link};
+use crate::config::Config;
+use crate::embed::{StubBackend, Vector};
+use crate::engine::observe::observe;
+use crate::event::{parse_envelope_value, Event};
+use crate::state::{Entry, EntryBody, MetricsObs, TaskState};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+pub(crate) struct Scene {
+    pub cfg: Config,
+    pub state: TaskState,
+}
+
+/// A new event, observed and linked, not yet added to the window.
+pub(crate) struct Probe {
+    pub entry: Entry,
+    pub links: Vec<Link>,
+    pub metrics: Option<MetricsObs>,
+    pub step_entered: Option<(String, u32)>,
+}
+
+fn stub(text: &str) -> Vector {
+    Arc::from(StubBackend::vector(text))
+}
+
+impl Scene {
+    pub fn new() -> Scene {
+        Scene::with(|_| {})
+    }
+
+    pub fn with(change: impl FnOnce(&mut Config)) -> Scene {
+        let mut cfg = Config::default();
+        change(&mut cfg);
+        Scene {
+            cfg,
+            state: TaskState::new("t", 0),
+        }
+    }
+
+    /// Observe `event` (a bare event, or an envelope when it has `event`) and link it to the
+    /// window: every text gets its stub vector, as if the model had embedded it.
+    pub fn probe(&mut self, event: Value) -> Probe {
+        let env = if event.get("event").is_some() {
+            let mut v = event;
+            v["task_id"] = json!("t");
+            v
+        } else {
+            json!({"task_id": "t", "event": event})
+        };
+        let env = parse_envelope_value(env).expect("a valid test event");
+        let seq = self.state.begin_event(0);
+        let obs = observe(&self.cfg, &env, seq, 0);
+        let mut entry = obs.entry;
+        embed(&mut entry);
+        let links = matching::links(&self.cfg.detect, &self.state, &entry);
+        entry.same_as = links
+            .iter()
+            .filter(|l| l.same && !l.stale)
+            .map(|l| l.seq)
+            .collect();
+        entry.novel = entry.is_work() && !entry.is_passive() && entry.same_as.is_empty();
+        let transition_to = match &entry.body {
+            EntryBody::Transition { to, .. } => Some(to.clone()),
+            _ => None,
+        };
+        let step_entered = self
+            .state
+            .enter_step(env.step.as_deref(), transition_to.as_deref());
+        let progress = match &env.event {
+            Event::Progress(p) => Some(p.clone()),
+            _ => None,
+        };
+        if let Some(reason) =
+            super::progress::mark_reason(&self.state, obs.metrics.as_ref(), progress.as_ref())
+        {
+            self.state.add_progress(seq, reason);
+        }
+        Probe {
+            entry,
+            links,
+            metrics: obs.metrics,
+            step_entered,
+        }
+    }
+
+    pub fn ctx<'a>(&'a self, p: &'a Probe) -> Ctx<'a> {
+        Ctx {
+            cfg: &self.cfg.detect,
+            state: &self.state,
+            entry: &p.entry,
+            links: &p.links,
+            metrics: p.metrics,
+            step_entered: p.step_entered.clone(),
+            events_total: self.state.events_total,
+        }
+    }
+
+    /// Run one detector on a new event, then add the event to the window (with the engine's
+    /// bookkeeping for what the whole pipeline found), and return the detector's finding.
+    pub fn detect(&mut self, detector: Detector, event: Value) -> Option<Finding> {
+        let p = self.probe(event);
+        let mine = detector(&self.ctx(&p));
+        let all = super::run(&self.ctx(&p));
+        self.commit(p, all.as_ref());
+        mine
+    }
+
+    /// Add an event as the engine would, whatever the detectors say.
+    pub fn push(&mut self, event: Value) {
+        let p = self.probe(event);
+        let all = super::run(&self.ctx(&p));
+        self.commit(p, all.as_ref());
+    }
+
+    fn commit(&mut self, p: Probe, finding: Option<&Finding>) {
+        let kept =
+            self.cfg.detect.transitions.max_period * self.cfg.detect.transitions.repetitions + 1;
+        self.state.record_detection(
+            &p.entry,
+            finding.map(|f| (f.kind, f.period, f.counts)),
+            p.metrics,
+            kept,
+        );
+        let window = self.cfg.detect.window;
+        self.state.push_entry(p.entry, window);
+    }
+}
+
+fn embed(entry: &mut Entry) {
+    match &mut entry.body {
+        EntryBody::Failure { sig, .. }
+        | EntryBody::Response { sig, .. }
+        | EntryBody::Collaboration { sig, .. } => sig.vector = Some(stub(&sig.text)),
+        EntryBody::ToolCall { call, result, .. } => {
+            call.vector = Some(stub(&call.text));
+            if let Some(r) = result {
+                r.sig.vector = Some(stub(&r.sig.text));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A bash tool call with its output.
+pub(crate) fn bash(command: &str, output: &str) -> Value {
+    json!({"type": "tool_call", "tool": "bash", "args": {"command": command},
+           "result": {"output": output, "is_error": false}})
+}
+
+/// A bash tool call that failed with `output`.
+pub(crate) fn bash_err(command: &str, output: &str) -> Value {
+    json!({"type": "tool_call", "tool": "bash", "args": {"command": command},
+           "result": {"output": output, "is_error": true}})
+}
+
+pub(crate) fn failure(message: &str) -> Value {
+    json!({"type": "failure", "message": message})
+}
+
+pub(crate) fn response(text: &str) -> Value {
+    json!({"type": "response", "text": text})
+}
