@@ -255,6 +255,10 @@ pub struct TaskState {
     pub root: String,
     /// Sequence number the next event gets.
     pub next_seq: u64,
+    /// Commits so far (events and resets): a shared store compares it to know whether a copy
+    /// held in memory is still current.
+    #[serde(default)]
+    pub version: u64,
     /// Every event ever seen: the global budget, which nothing resets.
     pub events_total: u64,
     /// The loop counter: reset by success or human intervention only.
@@ -302,6 +306,7 @@ impl TaskState {
             format: STATE_FORMAT_VERSION,
             root: root.to_string(),
             next_seq: 1,
+            version: 0,
             events_total: 0,
             loop_count: 0,
             entropy: 0,

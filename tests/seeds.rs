@@ -107,7 +107,7 @@ async fn seed_000_gate_triggered_after_three_loops() {
         .as_ref()
         .unwrap()
         .contains("Loop detected after 3 attempts"));
-    let history = e.history("task1", 100).unwrap();
+    let history = e.history("task1", 100).await.unwrap();
     assert!(history
         .iter()
         .any(|r| matches!(r.event, loopguard::audit::AuditEvent::GateTriggered { .. })));
@@ -407,7 +407,7 @@ async fn seed_003_entropy_threshold_pivot_and_reset() {
     // The pivot record, the pivot count and the entropy reset were committed together.
     let s = e.snapshot("t").await.unwrap().unwrap();
     assert_eq!((s.pivot_count, s.entropy), (1, 0));
-    let h = e.history("t", 100).unwrap();
+    let h = e.history("t", 100).await.unwrap();
     assert!(h.iter().any(|r| matches!(
         r.event,
         loopguard::audit::AuditEvent::PivotIssued {

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::event::Envelope;
 use crate::signature::head_tail;
 use crate::state::{EntryBody, TaskState, VerdictSummary};
+use crate::store::TaskTxn;
 use crate::verdict::{LoopKind, Verdict};
 use std::time::Instant;
 
@@ -91,25 +92,29 @@ pub(super) fn finish(
 
 impl Engine {
     /// Write the new state with its audit records (and a new subtask link) in one commit, make
-    /// it the task's state, and wait until it is durable. Concurrent flushes share one fsync.
+    /// it the task's state, wait until it is durable and emit the audit records. The task's lock
+    /// is released before the wait: concurrent events share one fsync, and the task's next
+    /// event need not wait for it. Returns the seconds it took.
     pub(super) async fn commit(
         &self,
         mut guard: tokio::sync::OwnedMutexGuard<Option<TaskState>>,
-        next: TaskState,
-        mut eval: Evaluation,
+        txn: Box<dyn TaskTxn + '_>,
+        prev: Option<&TaskState>,
+        mut next: TaskState,
+        audit: &[AuditRecord],
         link: Option<(String, String)>,
-    ) -> Result<Evaluation, EngineError> {
+    ) -> Result<f64, EngineError> {
         let started = Instant::now();
+        next.version = prev.map_or(0, |p| p.version) + 1;
         let link_ref = link.as_ref().map(|(t, r)| (t.as_str(), r.as_str()));
-        self.store.commit(&next, &eval.audit, link_ref)?;
+        let durable = txn.commit(prev, &next, audit, link_ref).await?;
         if let Some((task, root)) = link {
             self.tasks.linked(task, root);
         }
         *guard = Some(next);
         drop(guard);
-        self.store.flush().await?;
-        eval.timings.store_secs = started.elapsed().as_secs_f64();
-        crate::audit::emit(&eval.audit, self.audit_metrics.as_deref());
-        Ok(eval)
+        durable.await?;
+        crate::audit::emit(audit, self.audit_metrics.as_deref());
+        Ok(started.elapsed().as_secs_f64())
     }
 }

@@ -17,7 +17,7 @@ impl Engine {
         note: Option<String>,
         matched_seq: Option<u64>,
     ) -> Result<FeedbackRecord, EngineError> {
-        let root = self.root_of(task_id)?;
+        let root = self.root_of(task_id).await?;
         let Some(state) = self.snapshot(task_id).await? else {
             return Err(EngineError::NotFound(task_id.to_string()));
         };

@@ -225,22 +225,27 @@ impl Engine {
 
     /// Evaluate one event and report what it cost.
     pub async fn evaluate_timed(&self, env: Envelope) -> Result<Evaluation, EngineError> {
-        let (root, link) = self.tasks.resolve(&*self.store, &env)?;
+        let (root, link) = self.tasks.resolve(&*self.store, &env).await?;
         let lock = self.tasks.lock(&root);
         let mut guard = lock.lock_owned().await;
         let ts = env.ts.map(|t| t.unix_timestamp()).unwrap_or_else(now_unix);
-        let current = match guard.take() {
-            Some(s) => s,
-            None => self
-                .store
-                .load(&root)?
-                .unwrap_or_else(|| TaskState::new(&root, ts)),
-        };
+        let opened = self.store.begin(&root, guard.take()).await?;
+        let current = opened.state.unwrap_or_else(|| TaskState::new(&root, ts));
         let mut next = current.clone();
-        // Put the current state back so an error below leaves the task as it was.
-        *guard = Some(current);
-        let eval = self.step(&mut next, &env, ts).await?;
-        self.commit(guard, next, eval, link).await
+        // Keep the current state (not the store's transaction) if the pipeline fails: an error
+        // below — the model overloaded, say — leaves the task as it was.
+        match self.step(&mut next, &env, ts).await {
+            Ok(mut eval) => {
+                eval.timings.store_secs = self
+                    .commit(guard, opened.txn, Some(&current), next, &eval.audit, link)
+                    .await?;
+                Ok(eval)
+            }
+            Err(e) => {
+                *guard = Some(current);
+                Err(e)
+            }
+        }
     }
 
     /// The pipeline: each call is one stage (see the module documentation).

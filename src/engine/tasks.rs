@@ -41,26 +41,29 @@ pub(crate) struct Tasks {
 
 impl Tasks {
     /// The root task of `task` (itself when it has no known parent).
-    pub fn root_of(&self, store: &dyn Store, task: &str) -> Result<String, StoreError> {
+    pub async fn root_of(&self, store: &dyn Store, task: &str) -> Result<String, StoreError> {
         if let Some(r) = self.roots.lock().expect("roots lock").get(task) {
             return Ok(r.clone());
         }
-        Ok(store.root_of(task)?.unwrap_or_else(|| task.to_string()))
+        Ok(store
+            .root_of(task)
+            .await?
+            .unwrap_or_else(|| task.to_string()))
     }
 
     /// Resolve the root for an envelope; `Some(link)` when a new subtask link must be stored.
-    pub fn resolve(
+    pub async fn resolve(
         &self,
         store: &dyn Store,
         env: &Envelope,
     ) -> Result<(String, Option<(String, String)>), StoreError> {
-        let known = self.root_of(store, &env.task_id)?;
+        let known = self.root_of(store, &env.task_id).await?;
         if known != env.task_id {
             return Ok((known, None));
         }
         match &env.parent_task_id {
             Some(parent) => {
-                let root = self.root_of(store, parent)?;
+                let root = self.root_of(store, parent).await?;
                 if root == env.task_id {
                     // A parent that points back at this task: keep the task its own root.
                     return Ok((known, None));
@@ -127,8 +130,8 @@ impl Tasks {
 
 impl Engine {
     /// The root task of `task` (itself when it has no known parent).
-    pub fn root_of(&self, task: &str) -> Result<String, StoreError> {
-        self.tasks.root_of(&*self.store, task)
+    pub async fn root_of(&self, task: &str) -> Result<String, StoreError> {
+        self.tasks.root_of(&*self.store, task).await
     }
 
     /// Reset a task's loop counter from outside (the reset endpoint), with an audit record.
@@ -139,18 +142,14 @@ impl Engine {
         by: &str,
         note: Option<String>,
     ) -> Result<TaskState, EngineError> {
-        let root = self.root_of(task_id)?;
+        let root = self.root_of(task_id).await?;
         let lock = self.tasks.lock(&root);
-        let mut guard = lock.lock().await;
-        let current = match guard.take() {
-            Some(s) => s,
-            None => match self.store.load(&root)? {
-                Some(s) => s,
-                None => return Err(EngineError::NotFound(task_id.to_string())),
-            },
+        let mut guard = lock.lock_owned().await;
+        let opened = self.store.begin(&root, guard.take()).await?;
+        let Some(current) = opened.state else {
+            return Err(EngineError::NotFound(task_id.to_string()));
         };
         let mut next = current.clone();
-        *guard = Some(current);
         let now = now_unix();
         let record = AuditRecord {
             ts: now,
@@ -167,46 +166,50 @@ impl Engine {
         self.resolve_loops(&root, reason.as_str(), note, now);
         next.reset();
         next.updated_ts = now;
-        self.store
-            .commit(&next, std::slice::from_ref(&record), None)?;
-        *guard = Some(next.clone());
-        drop(guard);
-        self.store.flush().await?;
-        crate::audit::emit(std::slice::from_ref(&record), self.audit_metrics.as_deref());
-        Ok(next)
+        let audit = [record];
+        self.commit(guard, opened.txn, Some(&current), next, &audit, None)
+            .await?;
+        self.snapshot(task_id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(task_id.to_string()))
     }
 
     /// The current state of a task (its root's state), if it exists.
     pub async fn snapshot(&self, task_id: &str) -> Result<Option<TaskState>, EngineError> {
-        let root = self.root_of(task_id)?;
+        let root = self.root_of(task_id).await?;
         let lock = self.tasks.lock(&root);
         let guard = lock.lock().await;
         if let Some(s) = guard.as_ref() {
             return Ok(Some(s.clone()));
         }
         drop(guard);
-        Ok(self.store.load(&root)?)
+        Ok(self.store.load(&root).await?)
     }
 
     /// The audit trail of a task's root.
-    pub fn history(&self, task_id: &str, limit: usize) -> Result<Vec<AuditRecord>, EngineError> {
-        let root = self.root_of(task_id)?;
-        Ok(self.store.history(&root, limit)?)
+    pub async fn history(
+        &self,
+        task_id: &str,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, EngineError> {
+        let root = self.root_of(task_id).await?;
+        Ok(self.store.history(&root, limit).await?)
     }
 
     /// Delete a task (its root) entirely.
     pub async fn delete(&self, task_id: &str) -> Result<bool, EngineError> {
-        let root = self.root_of(task_id)?;
+        let root = self.root_of(task_id).await?;
         let lock = self.tasks.lock(&root);
         let mut guard = lock.lock().await;
-        let had = self.store.delete(&root)? | guard.is_some();
-        *guard = None;
+        let cached = guard.take();
+        let had_cached = cached.is_some();
+        let opened = self.store.begin(&root, cached).await?;
+        let had = opened.txn.delete().await? | had_cached;
         self.tasks.forget(&root, &lock);
         drop(guard);
         if let Some(mem) = &self.loop_memory {
             mem.forget_task(&root)?;
         }
-        self.store.flush().await?;
         Ok(had)
     }
 
@@ -215,29 +218,19 @@ impl Engine {
     pub async fn expire_idle(&self, ttl_secs: u64, now: i64) -> Result<Vec<String>, EngineError> {
         let before = now.saturating_sub(ttl_secs as i64);
         let mut expired = Vec::new();
-        for root in self.store.idle_roots(before)? {
+        for root in self.store.idle_roots(before).await? {
             let lock = self.tasks.lock(&root);
             let mut guard = lock.lock().await;
             // An event may have arrived since the scan: check again under the task's lock.
-            let fresh = match guard.as_ref() {
-                Some(s) => s.updated_ts >= before,
-                None => self
-                    .store
-                    .load(&root)?
-                    .is_some_and(|s| s.updated_ts >= before),
-            };
-            if fresh {
+            let opened = self.store.begin(&root, guard.take()).await?;
+            if opened.state.as_ref().is_none_or(|s| s.updated_ts >= before) {
+                *guard = opened.state;
                 continue;
             }
-            self.store.delete(&root)?;
-            *guard = None;
-            self.tasks.forget(&root, &lock);
+            opened.txn.delete().await?;
             drop(guard);
             tracing::info!(event = "task_expired", task_id = %root, ttl_secs);
-            expired.push(root);
-        }
-        if !expired.is_empty() {
-            self.store.flush().await?;
+            expired.push(root.clone());
         }
         Ok(expired)
     }

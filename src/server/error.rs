@@ -125,6 +125,15 @@ impl From<StoreError> for ApiError {
                 "storage_error",
                 "the state store could not complete the write; the event was not applied",
             ),
+            StoreError::Unavailable(_) => {
+                let mut e = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_error",
+                    "the state store cannot be reached; nothing was applied, retry later",
+                );
+                e.retry_after_secs = Some(1);
+                e
+            }
             StoreError::Corrupt { .. } | StoreError::Version { .. } => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "storage_error",

@@ -331,8 +331,9 @@ pub async fn get_history(
     let root = state
         .engine
         .root_of(&task_id)
+        .await
         .map_err(loopguard::engine::EngineError::from)?;
-    let records = state.engine.history(&task_id, limit)?;
+    let records = state.engine.history(&task_id, limit).await?;
     if records.is_empty() && state.engine.snapshot(&task_id).await?.is_none() {
         return Err(ApiError::not_found(format!("task {task_id} not found")));
     }

@@ -1,10 +1,13 @@
-//! Where task state lives between events. The engine keeps hot states in memory and writes each
-//! event's new state, together with its audit records, through a [`Store`] in one commit; a
-//! verdict is answered only after [`Store::flush`] made that commit durable.
+//! Where task state lives between events. For each event the engine opens the task
+//! ([`Store::begin`]: the state, and on a shared store the task's lock across replicas), computes
+//! the new state on a copy, and commits it with its audit records in one [`TaskTxn::commit`]; the
+//! verdict is answered only once that commit is durable. The engine keeps hot states in memory
+//! and hands them back to `begin`, so an embedded store never reads its disk on the hot path.
 //!
 //! - [`InMemoryStore`]: everything in memory (`score`, tests, library users without durability).
 //! - [`sled::SledStore`]: durable, on disk, for the service.
 
+pub mod conformance;
 pub mod sled;
 
 use crate::audit::AuditRecord;
@@ -15,7 +18,17 @@ use std::pin::Pin;
 use std::sync::Mutex;
 
 /// A boxed future, so stores can be trait objects.
-pub type StoreFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
+pub type StoreFuture<'a, T = ()> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Resolves once a commit survives a crash. Embedded stores group-commit: many tasks' writes
+/// share one fsync, and a task's lock is released before the wait, so its next event need not
+/// wait for the disk. Stores whose commit is already durable return a ready future.
+pub type Durable = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'static>>;
+
+/// A durable commit, already done.
+pub fn durable_now() -> Durable {
+    Box::pin(std::future::ready(Ok(())))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -25,31 +38,73 @@ pub enum StoreError {
     Corrupt { task: String, message: String },
     #[error("stored state has format version {found}, this build reads up to {supported}")]
     Version { found: u32, supported: u32 },
+    /// The store cannot be reached (a database restarting): nothing was applied; retry later.
+    #[error("state store unavailable: {0}")]
+    Unavailable(String),
 }
 
-/// Durable (or not) storage of task states and their audit trails.
+/// A task opened by [`Store::begin`]: its current state and the transaction to commit.
+pub struct Opened<'a> {
+    pub state: Option<TaskState>,
+    pub txn: Box<dyn TaskTxn + 'a>,
+}
+
+/// One root task opened for one event or one lifecycle operation (reset, delete, expiry).
+///
+/// A shared store (many replicas on one database) holds the task's lock across processes from
+/// [`Store::begin`] until the transaction is committed, deleted or dropped; dropping it without
+/// committing applies nothing. Within one process the engine's per-task mutex already
+/// serialises the task, so embedded stores take no lock of their own.
+pub trait TaskTxn: Send {
+    /// Make `next` the task's state, with its audit records and (on a subtask's first event) the
+    /// link from the subtask to its root, atomically: all of it or none. Commits of one task
+    /// are applied in the order they are made. `prev` is the state the transaction opened with
+    /// (`None` for a new task) and `next.version` is one more than its version: a store that
+    /// appends each event's effect compares the two to find it. The returned [`Durable`]
+    /// resolves once the commit survives a crash; the verdict is answered only then.
+    fn commit<'a>(
+        self: Box<Self>,
+        prev: Option<&'a TaskState>,
+        next: &'a TaskState,
+        audit: &'a [AuditRecord],
+        link: Option<(&'a str, &'a str)>,
+    ) -> StoreFuture<'a, Durable>;
+
+    /// Forget the task: state, audit trail, links to it. True if there was anything.
+    fn delete<'a>(self: Box<Self>) -> StoreFuture<'a, bool>;
+}
+
+/// Durable (or not) storage of task states and their audit trails. See docs/ARCHITECTURE.md.
 pub trait Store: Send + Sync {
-    fn load(&self, root: &str) -> Result<Option<TaskState>, StoreError>;
-    /// Write the new state, its audit records and (for a subtask's first event) the link from
-    /// the subtask to its root, atomically.
-    fn commit(
-        &self,
-        state: &TaskState,
-        audit: &[AuditRecord],
-        link: Option<(&str, &str)>,
-    ) -> Result<(), StoreError>;
+    /// Open `root` for one event, with its current state (`None`: a task never seen). `cached`
+    /// is the engine's in-memory copy from the task's last event in this process; a store
+    /// returns it when it is still the current state (an embedded store always; a shared one
+    /// when its `version` matches the stored one) and loads the state otherwise.
+    fn begin<'a>(&'a self, root: &'a str, cached: Option<TaskState>)
+        -> StoreFuture<'a, Opened<'a>>;
+
+    /// The current state of a root task, for reading only (no lock).
+    fn load<'a>(&'a self, root: &'a str) -> StoreFuture<'a, Option<TaskState>>;
+
     /// The root task a task belongs to, if it was linked to one.
-    fn root_of(&self, task: &str) -> Result<Option<String>, StoreError>;
+    fn root_of<'a>(&'a self, task: &'a str) -> StoreFuture<'a, Option<String>>;
+
     /// Audit records of a root task, oldest first, at most `limit` (the newest ones).
-    fn history(&self, root: &str, limit: usize) -> Result<Vec<AuditRecord>, StoreError>;
-    /// Forget a root task: state, audit trail, links. True if there was anything.
-    fn delete(&self, root: &str) -> Result<bool, StoreError>;
+    fn history<'a>(&'a self, root: &'a str, limit: usize) -> StoreFuture<'a, Vec<AuditRecord>>;
+
     /// Root tasks last updated before `before_ts` (unix seconds): candidates for expiry.
-    fn idle_roots(&self, before_ts: i64) -> Result<Vec<String>, StoreError>;
+    fn idle_roots(&self, before_ts: i64) -> StoreFuture<'_, Vec<String>>;
+
     /// How many root tasks are stored.
-    fn task_count(&self) -> Result<usize, StoreError>;
-    /// Wait until every commit made so far survives a crash.
+    fn task_count(&self) -> StoreFuture<'_, usize>;
+
+    /// Wait until every commit made so far survives a crash (at shutdown).
     fn flush(&self) -> StoreFuture<'_>;
+
+    /// Why the store cannot serve right now, for `/readyz`; `None` when it can.
+    fn unready(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Keeps everything in memory: for `score`, tests and library users who do not need durability.
@@ -71,76 +126,119 @@ impl InMemoryStore {
     }
 }
 
-impl Store for InMemoryStore {
-    fn load(&self, root: &str) -> Result<Option<TaskState>, StoreError> {
-        Ok(self
-            .inner
-            .lock()
-            .expect("store lock")
-            .states
-            .get(root)
-            .cloned())
-    }
+/// An open task of the in-memory store: the state as loaded.
+struct MemoryTxn<'s> {
+    store: &'s InMemoryStore,
+    root: &'s str,
+}
 
-    fn commit(
-        &self,
-        state: &TaskState,
-        audit: &[AuditRecord],
-        link: Option<(&str, &str)>,
-    ) -> Result<(), StoreError> {
-        let mut inner = self.inner.lock().expect("store lock");
-        inner.states.insert(state.root.clone(), state.clone());
+impl TaskTxn for MemoryTxn<'_> {
+    fn commit<'a>(
+        self: Box<Self>,
+        _prev: Option<&'a TaskState>,
+        next: &'a TaskState,
+        audit: &'a [AuditRecord],
+        link: Option<(&'a str, &'a str)>,
+    ) -> StoreFuture<'a, Durable> {
+        let mut inner = self.store.inner.lock().expect("store lock");
+        inner.states.insert(next.root.clone(), next.clone());
         if !audit.is_empty() {
             inner
                 .audit
-                .entry(state.root.clone())
+                .entry(next.root.clone())
                 .or_default()
                 .extend_from_slice(audit);
         }
         if let Some((task, root)) = link {
             inner.links.insert(task.to_string(), root.to_string());
         }
-        Ok(())
+        Box::pin(std::future::ready(Ok(durable_now())))
     }
 
-    fn root_of(&self, task: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
+    fn delete<'a>(self: Box<Self>) -> StoreFuture<'a, bool> {
+        let mut inner = self.store.inner.lock().expect("store lock");
+        let root = self.root;
+        let had = inner.states.remove(root).is_some() | inner.audit.remove(root).is_some();
+        inner.links.retain(|_, r| r != root);
+        Box::pin(std::future::ready(Ok(had)))
+    }
+}
+
+fn ready<'a, T: Send + 'a>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
+    Box::pin(std::future::ready(v))
+}
+
+impl Store for InMemoryStore {
+    fn begin<'a>(
+        &'a self,
+        root: &'a str,
+        cached: Option<TaskState>,
+    ) -> StoreFuture<'a, Opened<'a>> {
+        let state = cached.or_else(|| {
+            self.inner
+                .lock()
+                .expect("store lock")
+                .states
+                .get(root)
+                .cloned()
+        });
+        ready(Ok(Opened {
+            state,
+            txn: Box::new(MemoryTxn { store: self, root }),
+        }))
+    }
+
+    fn load<'a>(&'a self, root: &'a str) -> StoreFuture<'a, Option<TaskState>> {
+        ready(Ok(self
+            .inner
+            .lock()
+            .expect("store lock")
+            .states
+            .get(root)
+            .cloned()))
+    }
+
+    fn root_of<'a>(&'a self, task: &'a str) -> StoreFuture<'a, Option<String>> {
+        ready(Ok(self
             .inner
             .lock()
             .expect("store lock")
             .links
             .get(task)
-            .cloned())
+            .cloned()))
     }
 
-    fn history(&self, root: &str, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
+    fn history<'a>(&'a self, root: &'a str, limit: usize) -> StoreFuture<'a, Vec<AuditRecord>> {
         let inner = self.inner.lock().expect("store lock");
         let all = inner.audit.get(root).map(Vec::as_slice).unwrap_or(&[]);
-        Ok(all[all.len().saturating_sub(limit)..].to_vec())
+        ready(Ok(all[all.len().saturating_sub(limit)..].to_vec()))
     }
 
-    fn delete(&self, root: &str) -> Result<bool, StoreError> {
-        let mut inner = self.inner.lock().expect("store lock");
-        let had = inner.states.remove(root).is_some() | inner.audit.remove(root).is_some();
-        inner.links.retain(|_, r| r != root);
-        Ok(had)
-    }
-
-    fn idle_roots(&self, before_ts: i64) -> Result<Vec<String>, StoreError> {
+    fn idle_roots(&self, before_ts: i64) -> StoreFuture<'_, Vec<String>> {
         let inner = self.inner.lock().expect("store lock");
-        Ok(inner
+        ready(Ok(inner
             .states
             .values()
             .filter(|s| s.updated_ts < before_ts)
             .map(|s| s.root.clone())
-            .collect())
+            .collect()))
     }
 
-    fn task_count(&self) -> Result<usize, StoreError> {
-        Ok(self.inner.lock().expect("store lock").states.len())
+    fn task_count(&self) -> StoreFuture<'_, usize> {
+        ready(Ok(self.inner.lock().expect("store lock").states.len()))
     }
 
     fn flush(&self) -> StoreFuture<'_> {
-        Box::pin(async { Ok(()) })
+        ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn the_in_memory_store_passes_the_store_checks() {
+        let store: std::sync::Arc<dyn super::Store> =
+            std::sync::Arc::new(super::InMemoryStore::new());
+        super::conformance::check(|| std::sync::Arc::clone(&store), false, "t").await;
     }
 }

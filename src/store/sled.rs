@@ -13,7 +13,7 @@
 //! durable before the verdict is answered. Task ids cannot contain control characters, so `\0`
 //! is a safe separator.
 
-use super::{Store, StoreError, StoreFuture};
+use super::{Durable, Opened, Store, StoreError, StoreFuture, TaskTxn};
 use crate::audit::AuditRecord;
 use crate::state::{TaskState, STATE_FORMAT_VERSION};
 use std::path::Path;
@@ -99,7 +99,9 @@ impl Flusher {
         }
     }
 
-    async fn flush(&self) -> Result<(), StoreError> {
+    /// A future that resolves once a flush that started after this call has finished: every
+    /// write made before the call is then durable.
+    fn durable(&self) -> Durable {
         let mine = {
             let mut req = self.shared.requested.lock().expect("flush lock");
             *req += 1;
@@ -107,14 +109,16 @@ impl Flusher {
         };
         self.shared.wake.notify_one();
         let mut done = self.done.clone();
-        let state = *done
-            .wait_for(|d| d.generation >= mine)
-            .await
-            .map_err(|_| StoreError::Io("the flush thread stopped".into()))?;
-        if state.failed {
-            return Err(StoreError::Io("flushing the state store failed".into()));
-        }
-        Ok(())
+        Box::pin(async move {
+            let state = *done
+                .wait_for(|d| d.generation >= mine)
+                .await
+                .map_err(|_| StoreError::Io("the flush thread stopped".into()))?;
+            if state.failed {
+                return Err(StoreError::Io("flushing the state store failed".into()));
+            }
+            Ok(())
+        })
     }
 }
 
@@ -202,8 +206,14 @@ impl SledStore {
     }
 }
 
-impl Store for SledStore {
-    fn load(&self, root: &str) -> Result<Option<TaskState>, StoreError> {
+/// A task of the sled store, opened for one event.
+struct SledTxn<'s> {
+    store: &'s SledStore,
+    root: &'s str,
+}
+
+impl SledStore {
+    fn read(&self, root: &str) -> Result<Option<TaskState>, StoreError> {
         let Some(bytes) = self.db.get(key("s:", root)).map_err(io)? else {
             return Ok(None);
         };
@@ -220,7 +230,7 @@ impl Store for SledStore {
         Ok(Some(state))
     }
 
-    fn commit(
+    fn write(
         &self,
         state: &TaskState,
         audit: &[AuditRecord],
@@ -246,28 +256,7 @@ impl Store for SledStore {
         self.db.apply_batch(batch).map_err(io)
     }
 
-    fn root_of(&self, task: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .db
-            .get(key("l:", task))
-            .map_err(io)?
-            .map(|v| String::from_utf8_lossy(&v).into_owned()))
-    }
-
-    fn history(&self, root: &str, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
-        let mut out = Vec::new();
-        for item in self.db.scan_prefix(under("a:", root)).rev().take(limit) {
-            let (_, v) = item.map_err(io)?;
-            out.push(serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt {
-                task: root.to_string(),
-                message: e.to_string(),
-            })?);
-        }
-        out.reverse();
-        Ok(out)
-    }
-
-    fn delete(&self, root: &str) -> Result<bool, StoreError> {
+    fn remove(&self, root: &str) -> Result<bool, StoreError> {
         let mut batch = sled::Batch::default();
         let had = self.db.contains_key(key("s:", root)).map_err(io)?;
         batch.remove(key("s:", root));
@@ -287,75 +276,120 @@ impl Store for SledStore {
         self.db.apply_batch(batch).map_err(io)?;
         Ok(had)
     }
+}
 
-    fn idle_roots(&self, before_ts: i64) -> Result<Vec<String>, StoreError> {
-        let mut out = Vec::new();
-        for item in self.db.scan_prefix(b"u:") {
-            let (k, v) = item.map_err(io)?;
-            let ts = v
-                .as_ref()
-                .try_into()
-                .map(i64::from_be_bytes)
-                .unwrap_or(i64::MIN);
-            if ts < before_ts {
-                out.push(String::from_utf8_lossy(&k[2..]).into_owned());
-            }
-        }
-        Ok(out)
+impl TaskTxn for SledTxn<'_> {
+    fn commit<'a>(
+        self: Box<Self>,
+        _prev: Option<&'a TaskState>,
+        next: &'a TaskState,
+        audit: &'a [AuditRecord],
+        link: Option<(&'a str, &'a str)>,
+    ) -> StoreFuture<'a, Durable> {
+        let written = self.store.write(next, audit, link);
+        let durable = written.map(|()| self.store.flusher.durable());
+        Box::pin(std::future::ready(durable))
     }
 
-    fn task_count(&self) -> Result<usize, StoreError> {
-        Ok(self.db.scan_prefix(b"u:").count())
+    fn delete<'a>(self: Box<Self>) -> StoreFuture<'a, bool> {
+        let had = self.store.remove(self.root);
+        let durable = self.store.flusher.durable();
+        Box::pin(async move {
+            let had = had?;
+            durable.await?;
+            Ok(had)
+        })
+    }
+}
+
+fn ready<'a, T: Send + 'a>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
+    Box::pin(std::future::ready(v))
+}
+
+impl Store for SledStore {
+    fn begin<'a>(
+        &'a self,
+        root: &'a str,
+        cached: Option<TaskState>,
+    ) -> StoreFuture<'a, Opened<'a>> {
+        let state = match cached {
+            Some(s) => Ok(Some(s)),
+            None => self.read(root),
+        };
+        ready(state.map(|state| Opened {
+            state,
+            txn: Box::new(SledTxn { store: self, root }),
+        }))
+    }
+
+    fn load<'a>(&'a self, root: &'a str) -> StoreFuture<'a, Option<TaskState>> {
+        ready(self.read(root))
+    }
+
+    fn root_of<'a>(&'a self, task: &'a str) -> StoreFuture<'a, Option<String>> {
+        ready(
+            self.db
+                .get(key("l:", task))
+                .map_err(io)
+                .map(|v| v.map(|v| String::from_utf8_lossy(&v).into_owned())),
+        )
+    }
+
+    fn history<'a>(&'a self, root: &'a str, limit: usize) -> StoreFuture<'a, Vec<AuditRecord>> {
+        let read = || {
+            let mut out = Vec::new();
+            for item in self.db.scan_prefix(under("a:", root)).rev().take(limit) {
+                let (_, v) = item.map_err(io)?;
+                out.push(serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt {
+                    task: root.to_string(),
+                    message: e.to_string(),
+                })?);
+            }
+            out.reverse();
+            Ok(out)
+        };
+        ready(read())
+    }
+
+    fn idle_roots(&self, before_ts: i64) -> StoreFuture<'_, Vec<String>> {
+        let scan = || {
+            let mut out = Vec::new();
+            for item in self.db.scan_prefix(b"u:") {
+                let (k, v) = item.map_err(io)?;
+                let ts = v
+                    .as_ref()
+                    .try_into()
+                    .map(i64::from_be_bytes)
+                    .unwrap_or(i64::MIN);
+                if ts < before_ts {
+                    out.push(String::from_utf8_lossy(&k[2..]).into_owned());
+                }
+            }
+            Ok(out)
+        };
+        ready(scan())
+    }
+
+    fn task_count(&self) -> StoreFuture<'_, usize> {
+        ready(Ok(self.db.scan_prefix(b"u:").count()))
     }
 
     fn flush(&self) -> StoreFuture<'_> {
-        Box::pin(self.flusher.flush())
+        Box::pin(self.flusher.durable())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::AuditEvent;
-
-    fn record(root: &str, seq: u64) -> AuditRecord {
-        AuditRecord {
-            ts: 0,
-            seq,
-            task_id: root.to_string(),
-            agent_id: None,
-            event: AuditEvent::BudgetExhausted { events: seq },
-        }
-    }
 
     #[test]
-    fn round_trips_state_audit_and_links_across_reopen() {
+    fn passes_the_store_checks_across_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        {
-            let s = SledStore::open(dir.path()).unwrap();
-            let mut st = TaskState::new("root", 100);
-            st.loop_count = 2;
-            s.commit(
-                &st,
-                &[record("root", 1), record("root", 2)],
-                Some(("sub", "root")),
-            )
-            .unwrap();
-            block_on(s.flush()).unwrap();
-        }
-        let s = SledStore::open(dir.path()).unwrap();
-        assert_eq!(s.load("root").unwrap().unwrap().loop_count, 2);
-        assert_eq!(s.root_of("sub").unwrap().as_deref(), Some("root"));
-        let h = s.history("root", 10).unwrap();
-        assert_eq!(h.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(s.history("root", 1).unwrap()[0].seq, 2, "the newest ones");
-        assert_eq!(s.idle_roots(101).unwrap(), ["root"]);
-        assert!(s.idle_roots(100).unwrap().is_empty());
-        assert_eq!(s.task_count().unwrap(), 1);
-        assert!(s.delete("root").unwrap());
-        assert!(s.load("root").unwrap().is_none());
-        assert!(s.root_of("sub").unwrap().is_none());
-        assert!(s.history("root", 10).unwrap().is_empty());
+        let open = || {
+            std::sync::Arc::new(SledStore::open(dir.path()).unwrap()) as std::sync::Arc<dyn Store>
+        };
+        block_on(crate::store::conformance::check(open, true, "t"));
     }
 
     #[test]
