@@ -8,98 +8,35 @@ command that builds it; nothing is skipped.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import threading
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import pytest
 
 import loopguard
+from loopguard.testing import LocalServer
 
 REPO = Path(__file__).resolve().parents[3]
 TOKEN = "test-token-5f2c"
 
 
-def loopguard_binary() -> Path:
-    env = os.environ.get("LOOPGUARD_BIN")
-    if env:
-        return Path(env)
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
-    for profile in ("debug", "release"):
-        candidate = target / profile / "loopguard"
-        if candidate.exists():
-            return candidate
-    pytest.fail(
-        f"no loopguard binary under {target}; build it with `cargo build` in {REPO} "
-        "(or set LOOPGUARD_BIN)",
-        pytrace=False,
-    )
-
-
-class Server:
-    """One ``loopguard serve`` process; ``url`` is where it listens."""
-
-    def __init__(self, data_dir: Path, args: List[str], token: Optional[str] = None) -> None:
-        cmd = [
-            str(loopguard_binary()),
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(data_dir),
-        ]
-        if token:
-            cmd += ["--set", f'server.auth_token="{token}"']
-        cmd += args
-        self.token = token
-        self.stderr: List[str] = []
-        # The model path in the reference config is relative to the repository.
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "LOOPGUARD_LOG": "warn"},
-        )
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True).start()
-        line = self.proc.stdout.readline().strip()
-        prefix = "loopguard listening on "
-        if not line.startswith(prefix):
-            self.proc.wait(timeout=10)
-            raise RuntimeError(
-                f"loopguard serve did not start: {line!r}\n" + "".join(self.stderr[-20:])
-            )
-        self.url = line[len(prefix) :]
-
-    def _drain(self, stream) -> None:  # type: ignore[no-untyped-def]
-        for line in stream:
-            self.stderr.append(line)
-
-    def client(self, **kwargs) -> loopguard.Client:  # type: ignore[no-untyped-def]
-        kwargs.setdefault("token", self.token)
-        return loopguard.Client(self.url, **kwargs)
-
-    def async_client(self, **kwargs) -> loopguard.AsyncClient:  # type: ignore[no-untyped-def]
-        kwargs.setdefault("token", self.token)
-        return loopguard.AsyncClient(self.url, **kwargs)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def _start(data_dir: Path, args: Sequence[str] = (), token: Optional[str] = None) -> LocalServer:
+    try:
+        return LocalServer.from_checkout(REPO, data_dir, args, token=token)
+    except FileNotFoundError as e:
+        pytest.fail(f"{e} (in {REPO})", pytrace=False)
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def start_server() -> Callable[..., LocalServer]:
+    """Starts more servers, with other flags: ``start_server(data_dir, ["--set", "k=v"])``."""
+    return _start
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     """The main server: default configuration, with a bearer token."""
-    s = Server(tmp_path_factory.mktemp("data"), [], token=TOKEN)
+    s = _start(tmp_path_factory.mktemp("data"), token=TOKEN)
     try:
         with s.client() as c:
             c.wait_ready(timeout=120)
@@ -109,6 +46,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture()
-def client(server: Server) -> Iterator[loopguard.Client]:
+def client(server: LocalServer) -> Iterator[loopguard.Client]:
     with server.client() as c:
         yield c

@@ -20,7 +20,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
-from conftest import Server
 
 import loopguard
 from loopguard import (
@@ -34,6 +33,7 @@ from loopguard import (
     ServiceUnavailableError,
     TransportError,
 )
+from loopguard.testing import LocalServer
 
 WORDS = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "
@@ -61,8 +61,10 @@ def served_statuses(metrics: str, status: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def one_slot_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(
+def one_slot_server(
+    tmp_path_factory: pytest.TempPathFactory, start_server: Any
+) -> Iterator[LocalServer]:
+    s = start_server(
         tmp_path_factory.mktemp("one-slot"),
         ["--set", "model.queue_capacity=1", "--set", "model.max_batch=1"],
     )
@@ -74,7 +76,7 @@ def one_slot_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
         s.stop()
 
 
-def _flood(server: Server, retry: RetryPolicy, on_retry: Any, n: int = 16) -> List[Any]:
+def _flood(server: LocalServer, retry: RetryPolicy, on_retry: Any, n: int = 16) -> List[Any]:
     """n tasks at once, each with a second response that needs the model."""
     rng = random.Random(7)
     run = uuid.uuid4().hex[:8]
@@ -101,7 +103,7 @@ def _flood(server: Server, retry: RetryPolicy, on_retry: Any, n: int = 16) -> Li
 
 
 def test_a_real_429_is_raised_without_retries_and_absorbed_with_them(
-    one_slot_server: Server,
+    one_slot_server: LocalServer,
 ) -> None:
     results = _flood(one_slot_server, NO_RETRY, None)
     refused = [r for r in results if isinstance(r, OverloadedError)]
@@ -127,9 +129,9 @@ def test_a_real_429_is_raised_without_retries_and_absorbed_with_them(
 
 
 def test_a_real_503_is_retried_then_raised_with_its_code(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, start_server: Any
 ) -> None:
-    s = Server(
+    s = start_server(
         tmp_path_factory.mktemp("no-model"),
         ["--set", 'model.dir="/nonexistent/all-MiniLM-L6-v2"'],
     )
