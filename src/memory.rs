@@ -520,6 +520,19 @@ impl LoopMemory {
         out
     }
 
+    /// The `limit` loops remembered last, newest first, with their resolutions (the
+    /// service's `GET /v1/loops`).
+    pub fn recent(&self, limit: usize) -> Vec<LoopRecord> {
+        let inner = self.inner.read().expect("memory lock");
+        inner
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| inner.records.get(id).map(|(r, _)| r.clone()))
+            .take(limit)
+            .collect()
+    }
+
     /// Every live record (for export and tests).
     pub fn records(&self) -> Vec<LoopRecord> {
         let inner = self.inner.read().expect("memory lock");
@@ -600,6 +613,25 @@ mod tests {
         );
         // Never the asking task's own loops.
         assert!(m.similar(&q, 3, 0.5, Some("a")).is_empty());
+    }
+
+    #[test]
+    fn recent_lists_the_newest_live_loops_first() {
+        let m = LoopMemory::in_memory(cfg(3));
+        for (task, text) in [
+            ("a", "disk full on /var"),
+            ("b", "permission denied writing config"),
+            ("c", "timeout connecting to the registry"),
+            ("d", "segmentation fault in the parser"),
+        ] {
+            let (r, v) = rec(task, text);
+            m.remember(r, v).unwrap();
+        }
+        m.forget_task("c").unwrap();
+        let tasks: Vec<String> = m.recent(10).into_iter().map(|r| r.task_id).collect();
+        // "a" was evicted past the bound, "c" forgotten.
+        assert_eq!(tasks, ["d", "b"]);
+        assert_eq!(m.recent(1)[0].task_id, "d");
     }
 
     #[test]

@@ -5,9 +5,12 @@
 //! on port 0), serves until shutdown, lets in-flight requests finish within the grace period,
 //! stops the background sweeps and flushes the store.
 
+mod dashboard;
 mod error;
+mod live;
 mod metrics;
 pub mod openapi;
+mod overview;
 mod routes;
 mod validate;
 
@@ -139,13 +142,16 @@ impl AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/v1/evaluate", post(routes::evaluate))
+        .route("/v1/tasks", get(overview::list_tasks))
         .route(
             "/v1/tasks/{task_id}",
             get(routes::get_task).delete(routes::delete_task),
         )
         .route("/v1/tasks/{task_id}/history", get(routes::get_history))
         .route("/v1/tasks/{task_id}/reset", post(routes::reset_task))
+        .route("/v1/loops", get(overview::recent_loops))
         .route("/v1/loops/similar", get(routes::similar_loops))
+        .route("/v1/stats", get(overview::stats))
         .route("/v1/feedback", post(routes::feedback))
         .route("/v1/feedback/export", get(routes::export_feedback))
         .route("/metrics", get(routes::metrics))
@@ -153,8 +159,19 @@ pub fn router(state: Arc<AppState>) -> Router {
             Arc::clone(&state),
             authenticate,
         ));
+    // The page shell holds no data, so it is public even with a token (see dashboard.rs).
+    let page = if state.cfg.server.dashboard {
+        Router::new()
+            .route("/", get(dashboard::index))
+            .route("/dashboard/app.js", get(dashboard::script))
+            .route("/dashboard/style.css", get(dashboard::style))
+            .route("/dashboard/icon.svg", get(dashboard::icon))
+    } else {
+        Router::new()
+    };
     Router::new()
         .merge(api)
+        .merge(page)
         .route("/livez", get(routes::livez))
         .route("/readyz", get(routes::readyz))
         .route("/openapi.json", get(routes::openapi))
@@ -210,6 +227,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let route: &'static str = match req.extensions().get::<MatchedPath>().map(|p| p.as_str()) {
         Some("/v1/evaluate") => "/v1/evaluate",
+        Some("/v1/tasks") => "/v1/tasks",
+        Some("/v1/loops") => "/v1/loops",
+        Some("/v1/stats") => "/v1/stats",
+        Some("/" | "/dashboard/app.js" | "/dashboard/style.css" | "/dashboard/icon.svg") => {
+            "dashboard"
+        }
         Some("/v1/tasks/{task_id}") => "/v1/tasks/{task_id}",
         Some("/v1/tasks/{task_id}/history") => "/v1/tasks/{task_id}/history",
         Some("/v1/tasks/{task_id}/reset") => "/v1/tasks/{task_id}/reset",
@@ -247,11 +270,15 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
             status: resp.status().as_u16(),
         })
         .inc();
+    let secs = started.elapsed().as_secs_f64();
     state
         .metrics
         .request_seconds
         .get_or_create(&metrics::RouteLabels { route })
-        .observe(started.elapsed().as_secs_f64());
+        .observe(secs);
+    if route == "/v1/evaluate" && resp.status().is_success() {
+        state.metrics.live.evaluate_request(secs);
+    }
     resp
 }
 
@@ -344,3 +371,5 @@ pub async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_dashboard;

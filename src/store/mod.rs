@@ -48,6 +48,10 @@ pub trait Store: Send + Sync {
     fn idle_roots(&self, before_ts: i64) -> Result<Vec<String>, StoreError>;
     /// How many root tasks are stored.
     fn task_count(&self) -> Result<usize, StoreError>;
+    /// The `limit` most recently updated root tasks with their last update (unix seconds),
+    /// newest first; ties in id order. For listings (the service's `GET /v1/tasks`, the
+    /// dashboard): it reads only what expiry reads, not the states.
+    fn recent_roots(&self, limit: usize) -> Result<Vec<(String, i64)>, StoreError>;
     /// Wait until every commit made so far survives a crash.
     fn flush(&self) -> StoreFuture<'_>;
 }
@@ -140,7 +144,77 @@ impl Store for MemoryStore {
         Ok(self.inner.lock().expect("store lock").states.len())
     }
 
+    fn recent_roots(&self, limit: usize) -> Result<Vec<(String, i64)>, StoreError> {
+        let inner = self.inner.lock().expect("store lock");
+        Ok(newest(
+            inner
+                .states
+                .values()
+                .map(|s| (s.root.clone(), s.updated_ts)),
+            limit,
+        ))
+    }
+
     fn flush(&self) -> StoreFuture<'_> {
         Box::pin(async { Ok(()) })
+    }
+}
+
+/// The `limit` newest of `(root, updated_ts)` pairs, newest first (ties by id), without sorting
+/// them all: a bounded heap keeps the best `limit` seen so far.
+pub fn newest(items: impl Iterator<Item = (String, i64)>, limit: usize) -> Vec<(String, i64)> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    if limit == 0 {
+        return Vec::new();
+    }
+    // A min-heap on (ts, Reverse(id)): its top is the entry to drop first.
+    let mut heap: BinaryHeap<Reverse<(i64, Reverse<String>)>> =
+        BinaryHeap::with_capacity(limit + 1);
+    for (root, ts) in items {
+        heap.push(Reverse((ts, Reverse(root))));
+        if heap.len() > limit {
+            heap.pop();
+        }
+    }
+    let mut out: Vec<(String, i64)> = heap
+        .into_iter()
+        .map(|Reverse((ts, Reverse(root)))| (root, ts))
+        .collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_keeps_the_most_recent_in_order() {
+        let items =
+            [("a", 5), ("b", 9), ("c", 1), ("d", 9), ("e", 7)].map(|(r, t)| (r.to_string(), t));
+        let got = newest(items.clone().into_iter(), 3);
+        assert_eq!(
+            got,
+            [
+                ("b".to_string(), 9),
+                ("d".to_string(), 9),
+                ("e".to_string(), 7)
+            ]
+        );
+        assert_eq!(newest(items.clone().into_iter(), 10).len(), 5);
+        assert!(newest(items.into_iter(), 0).is_empty());
+    }
+
+    #[test]
+    fn memory_store_lists_recent_roots() {
+        let s = MemoryStore::new();
+        for (root, ts) in [("old", 10), ("new", 30), ("mid", 20)] {
+            s.commit(&TaskState::new(root, ts), &[], None).unwrap();
+        }
+        assert_eq!(
+            s.recent_roots(2).unwrap(),
+            [("new".to_string(), 30), ("mid".to_string(), 20)]
+        );
     }
 }
