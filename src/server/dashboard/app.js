@@ -15,6 +15,8 @@ const ui = {
   autoSelected: false,
   busy: false,
   needToken: false,
+  // A selected task that answered 404: not asked for again until it is listed again.
+  gone: null,
   openTexts: new Set(),
 };
 
@@ -401,13 +403,14 @@ function renderTaskMissing(id) {
 
 async function loadTask() {
   const id = ui.selected;
-  if (!id) return;
+  if (!id || ui.gone === id) return;
   const path = `/v1/tasks/${encodeURIComponent(id)}`;
   try {
     const [task, history] = await Promise.all([api(path), api(`${path}/history?limit=500`)]);
     if (ui.selected === id) renderTask(task, history);
   } catch (e) {
     if (e instanceof ApiError && e.status === 404) {
+      ui.gone = id;
       if (ui.selected === id) renderTaskMissing(id);
     } else throw e;
   }
@@ -415,6 +418,7 @@ async function loadTask() {
 
 function select(id) {
   ui.selected = id;
+  ui.gone = null;
   ui.autoSelected = true;
   const wanted = `#task=${encodeURIComponent(id)}`;
   if (location.hash !== wanted) history.replaceState(null, "", wanted);
@@ -455,6 +459,7 @@ async function refresh() {
     renderStats(stats, tasks.total);
     renderTasks(tasks);
     renderLoops(loops);
+    if (ui.gone && tasks.tasks.some((t) => t.task_id === ui.gone)) ui.gone = null;
     if (!ui.selected && !ui.autoSelected && tasks.tasks.length) {
       // Start on the task that most needs a look: the latest with a loop, else the latest.
       const first = tasks.tasks.find((t) => t.loop_count > 0 || t.status !== "active") || tasks.tasks[0];
