@@ -17,7 +17,7 @@
 //! - [`engine`]: one event in, one verdict out.
 //! - [`verdict`]: verdicts out.
 //! - [`config`]: one configuration type for file, environment and flags.
-//! - [`score`]: batch scoring of recorded runs (`loopguard score`).
+//! - [`score`]: batch scoring of recorded runs (`loopguard score`), and its HTML report.
 //! - [`calibrate`]: threshold calibration on labelled pairs and runs (`loopguard calibrate`).
 
 pub mod calibrate;

@@ -178,7 +178,7 @@ function renderTasks(list) {
         {
           class: t.task_id === ui.selected ? "selected" : "",
           "data-task": t.task_id,
-          onclick: () => select(t.task_id),
+          onclick: () => select(t.task_id, true),
         },
         h("td", { class: "id", title: t.task_id }, t.task_id),
         h("td", { class: "badges" }, statusBadge(t.status)),
@@ -230,7 +230,7 @@ function renderLoops(result) {
           "div",
           { class: "loop-top" },
           kindBadge(l.kind),
-          h("button", { class: "task", type: "button", title: "Show this task", onclick: () => select(l.task_id) }, l.task_id),
+          h("button", { class: "task", type: "button", title: "Show this task", onclick: () => select(l.task_id, true) }, l.task_id),
           l.tool ? h("span", { class: "badge b-type" }, l.tool) : "",
           l.gated ? h("span", { class: "badge b-gate", title: "The gate paused the task for a human" }, "gate") : "",
           h("span", { class: "when", title: l.seen_at }, ago(l.seen_at)),
@@ -416,9 +416,13 @@ async function loadTask() {
   }
 }
 
-function select(id) {
+function select(id, byUser) {
   ui.selected = id;
   ui.gone = null;
+  // In one column the timeline is below the lists: bring it into view.
+  if (byUser && window.matchMedia("(max-width: 1100px)").matches) {
+    $("task").scrollIntoView({ behavior: "smooth", block: "start" });
+  }
   ui.autoSelected = true;
   const wanted = `#task=${encodeURIComponent(id)}`;
   if (location.hash !== wanted) history.replaceState(null, "", wanted);
