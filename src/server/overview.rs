@@ -142,9 +142,9 @@ pub async fn list_tasks(
     let store = Arc::clone(&state.store);
     // Reading states from disk blocks; keep it off the request threads.
     let listed = tokio::task::spawn_blocking(move || {
-        let total = store.task_count()?;
-        let mut tasks = Vec::new();
-        for (root, _) in store.recent_roots(limit)? {
+        let (total, roots) = store.recent_roots(limit)?;
+        let mut tasks = Vec::with_capacity(roots.len());
+        for (root, _) in roots {
             match store.load(&root) {
                 Ok(Some(s)) => tasks.push(summary(&s)),
                 // Deleted since the scan.

@@ -48,10 +48,10 @@ pub trait Store: Send + Sync {
     fn idle_roots(&self, before_ts: i64) -> Result<Vec<String>, StoreError>;
     /// How many root tasks are stored.
     fn task_count(&self) -> Result<usize, StoreError>;
-    /// The `limit` most recently updated root tasks with their last update (unix seconds),
-    /// newest first; ties in id order. For listings (the service's `GET /v1/tasks`, the
-    /// dashboard): it reads only what expiry reads, not the states.
-    fn recent_roots(&self, limit: usize) -> Result<Vec<(String, i64)>, StoreError>;
+    /// How many root tasks are stored, and the `limit` most recently updated with their last
+    /// update (unix seconds), newest first, ties in id order. For listings (the service's
+    /// `GET /v1/tasks`, the dashboard): it reads only what expiry reads, not the states.
+    fn recent_roots(&self, limit: usize) -> Result<(usize, Vec<(String, i64)>), StoreError>;
     /// Wait until every commit made so far survives a crash.
     fn flush(&self) -> StoreFuture<'_>;
 }
@@ -144,15 +144,13 @@ impl Store for MemoryStore {
         Ok(self.inner.lock().expect("store lock").states.len())
     }
 
-    fn recent_roots(&self, limit: usize) -> Result<Vec<(String, i64)>, StoreError> {
+    fn recent_roots(&self, limit: usize) -> Result<(usize, Vec<(String, i64)>), StoreError> {
         let inner = self.inner.lock().expect("store lock");
-        Ok(newest(
-            inner
-                .states
-                .values()
-                .map(|s| (s.root.clone(), s.updated_ts)),
-            limit,
-        ))
+        let mut top = Newest::new(limit);
+        for s in inner.states.values() {
+            top.offer(s.updated_ts, || s.root.clone());
+        }
+        Ok((inner.states.len(), top.into_sorted()))
     }
 
     fn flush(&self) -> StoreFuture<'_> {
@@ -160,50 +158,74 @@ impl Store for MemoryStore {
     }
 }
 
-/// The `limit` newest of `(root, updated_ts)` pairs, newest first (ties by id), without sorting
-/// them all: a bounded heap keeps the best `limit` seen so far.
-pub fn newest(items: impl Iterator<Item = (String, i64)>, limit: usize) -> Vec<(String, i64)> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    if limit == 0 {
-        return Vec::new();
-    }
+/// Keeps the `limit` newest of `(root, updated_ts)` pairs offered, without sorting them all or
+/// allocating an id for every pair that cannot make it (a listing scans every task).
+pub struct Newest {
+    limit: usize,
     // A min-heap on (ts, Reverse(id)): its top is the entry to drop first.
-    let mut heap: BinaryHeap<Reverse<(i64, Reverse<String>)>> =
-        BinaryHeap::with_capacity(limit + 1);
-    for (root, ts) in items {
-        heap.push(Reverse((ts, Reverse(root))));
-        if heap.len() > limit {
-            heap.pop();
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(i64, std::cmp::Reverse<String>)>>,
+}
+
+impl Newest {
+    pub fn new(limit: usize) -> Newest {
+        Newest {
+            limit,
+            heap: std::collections::BinaryHeap::with_capacity(limit.saturating_add(1).min(4096)),
         }
     }
-    let mut out: Vec<(String, i64)> = heap
-        .into_iter()
-        .map(|Reverse((ts, Reverse(root)))| (root, ts))
-        .collect();
-    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    out
+
+    /// Offer a root updated at `ts`; `id` is called only when it may be kept.
+    pub fn offer(&mut self, ts: i64, id: impl FnOnce() -> String) {
+        use std::cmp::Reverse;
+        if self.limit == 0 {
+            return;
+        }
+        if self.heap.len() == self.limit {
+            let Some(Reverse((oldest, _))) = self.heap.peek() else {
+                return;
+            };
+            if ts < *oldest {
+                return;
+            }
+        }
+        self.heap.push(Reverse((ts, Reverse(id()))));
+        if self.heap.len() > self.limit {
+            self.heap.pop();
+        }
+    }
+
+    /// Newest first; ties by id.
+    pub fn into_sorted(self) -> Vec<(String, i64)> {
+        let mut out: Vec<(String, i64)> = self
+            .heap
+            .into_iter()
+            .map(|std::cmp::Reverse((ts, std::cmp::Reverse(root)))| (root, ts))
+            .collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn newest(items: &[(&str, i64)], limit: usize) -> Vec<(String, i64)> {
+        let mut top = Newest::new(limit);
+        for (id, ts) in items {
+            top.offer(*ts, || id.to_string());
+        }
+        top.into_sorted()
+    }
+
     #[test]
     fn newest_keeps_the_most_recent_in_order() {
-        let items =
-            [("a", 5), ("b", 9), ("c", 1), ("d", 9), ("e", 7)].map(|(r, t)| (r.to_string(), t));
-        let got = newest(items.clone().into_iter(), 3);
-        assert_eq!(
-            got,
-            [
-                ("b".to_string(), 9),
-                ("d".to_string(), 9),
-                ("e".to_string(), 7)
-            ]
-        );
-        assert_eq!(newest(items.clone().into_iter(), 10).len(), 5);
-        assert!(newest(items.into_iter(), 0).is_empty());
+        let items = [("a", 5), ("b", 9), ("c", 1), ("d", 9), ("e", 7), ("f", 9)];
+        let want = [("b", 9), ("d", 9), ("f", 9)].map(|(r, t)| (r.to_string(), t));
+        assert_eq!(newest(&items, 3), want, "ties by id");
+        assert_eq!(newest(&items, 4)[3], ("e".to_string(), 7));
+        assert_eq!(newest(&items, 10).len(), 6);
+        assert!(newest(&items, 0).is_empty());
     }
 
     #[test]
@@ -212,9 +234,8 @@ mod tests {
         for (root, ts) in [("old", 10), ("new", 30), ("mid", 20)] {
             s.commit(&TaskState::new(root, ts), &[], None).unwrap();
         }
-        assert_eq!(
-            s.recent_roots(2).unwrap(),
-            [("new".to_string(), 30), ("mid".to_string(), 20)]
-        );
+        let (total, roots) = s.recent_roots(2).unwrap();
+        assert_eq!(total, 3);
+        assert_eq!(roots, [("new".to_string(), 30), ("mid".to_string(), 20)]);
     }
 }

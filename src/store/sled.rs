@@ -308,29 +308,22 @@ impl Store for SledStore {
         Ok(self.db.scan_prefix(b"u:").count())
     }
 
-    fn recent_roots(&self, limit: usize) -> Result<Vec<(String, i64)>, StoreError> {
-        // The `u:` index is small (one timestamp per task): scanning it all is cheap next to
-        // reading states, and keeps the layout as it is.
-        let mut failed = None;
-        let items = self.db.scan_prefix(b"u:").map_while(|item| match item {
-            Ok((k, v)) => {
-                let ts = v
-                    .as_ref()
-                    .try_into()
-                    .map(i64::from_be_bytes)
-                    .unwrap_or(i64::MIN);
-                Some((String::from_utf8_lossy(&k[2..]).into_owned(), ts))
-            }
-            Err(e) => {
-                failed = Some(e);
-                None
-            }
-        });
-        let newest = super::newest(items, limit);
-        match failed {
-            Some(e) => Err(io(e)),
-            None => Ok(newest),
+    fn recent_roots(&self, limit: usize) -> Result<(usize, Vec<(String, i64)>), StoreError> {
+        // The `u:` index is small (one timestamp per task): one scan counts the tasks and keeps
+        // the newest, without reading a state or allocating an id that will not be kept.
+        let mut total = 0;
+        let mut top = super::Newest::new(limit);
+        for item in self.db.scan_prefix(b"u:") {
+            let (k, v) = item.map_err(io)?;
+            total += 1;
+            let ts = v
+                .as_ref()
+                .try_into()
+                .map(i64::from_be_bytes)
+                .unwrap_or(i64::MIN);
+            top.offer(ts, || String::from_utf8_lossy(&k[2..]).into_owned());
         }
+        Ok((total, top.into_sorted()))
     }
 
     fn flush(&self) -> StoreFuture<'_> {
@@ -377,7 +370,10 @@ mod tests {
         assert_eq!(s.idle_roots(101).unwrap(), ["root"]);
         assert!(s.idle_roots(100).unwrap().is_empty());
         assert_eq!(s.task_count().unwrap(), 1);
-        assert_eq!(s.recent_roots(5).unwrap(), [("root".to_string(), 100)]);
+        assert_eq!(
+            s.recent_roots(5).unwrap(),
+            (1, vec![("root".to_string(), 100)])
+        );
         assert!(s.delete("root").unwrap());
         assert!(s.load("root").unwrap().is_none());
         assert!(s.root_of("sub").unwrap().is_none());
