@@ -160,9 +160,10 @@ def test_with_a_token_the_page_asks_for_it_and_sends_it_as_a_bearer_header(
     post_scenario(server)
     p = new_page()
     page = p.page
-    sent = []
+    sent, urls = [], []
     page.on("request", lambda r: r.url.startswith(server.base + "/v1/") and sent.append(
         r.headers.get("authorization")))
+    page.on("request", lambda r: urls.append(r.url))
     page.goto(server.base + "/")
 
     # The shell loads without the token, shows no data and asks for it.
@@ -185,7 +186,7 @@ def test_with_a_token_the_page_asks_for_it_and_sends_it_as_a_bearer_header(
     expect(page.locator("#timeline li.ev")).to_have_count(7)
     assert "Bearer dashboard-test-token" in sent
     # Never in a URL or a cookie: only in this tab's storage.
-    assert all("dashboard-test-token" not in u for u in [page.url])
+    assert urls and all("dashboard-test-token" not in u for u in urls + [page.url])
     assert page.context.cookies() == []
     assert page.evaluate("sessionStorage.getItem('loopguard.token')") == "dashboard-test-token"
 
