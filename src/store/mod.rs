@@ -160,14 +160,14 @@ impl Store for MemoryStore {
 
 /// Keeps the `limit` newest of `(root, updated_ts)` pairs offered, without sorting them all or
 /// allocating an id for every pair that cannot make it (a listing scans every task).
-pub struct Newest {
+pub(crate) struct Newest {
     limit: usize,
     // A min-heap on (ts, Reverse(id)): its top is the entry to drop first.
     heap: std::collections::BinaryHeap<std::cmp::Reverse<(i64, std::cmp::Reverse<String>)>>,
 }
 
 impl Newest {
-    pub fn new(limit: usize) -> Newest {
+    pub(crate) fn new(limit: usize) -> Newest {
         Newest {
             limit,
             heap: std::collections::BinaryHeap::with_capacity(limit.saturating_add(1).min(4096)),
@@ -175,7 +175,7 @@ impl Newest {
     }
 
     /// Offer a root updated at `ts`; `id` is called only when it may be kept.
-    pub fn offer(&mut self, ts: i64, id: impl FnOnce() -> String) {
+    pub(crate) fn offer(&mut self, ts: i64, id: impl FnOnce() -> String) {
         use std::cmp::Reverse;
         if self.limit == 0 {
             return;
@@ -195,7 +195,7 @@ impl Newest {
     }
 
     /// Newest first; ties by id.
-    pub fn into_sorted(self) -> Vec<(String, i64)> {
+    pub(crate) fn into_sorted(self) -> Vec<(String, i64)> {
         let mut out: Vec<(String, i64)> = self
             .heap
             .into_iter()
