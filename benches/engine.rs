@@ -169,6 +169,36 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
+    // What every event's commit pays for the task state beyond detection: the engine works on a
+    // copy of the state, and the durable store writes it as JSON. Measured on a full window
+    // (20 events, 20 verdict summaries), the steady state of a long task.
+    let mut g = c.benchmark_group("state");
+    let task = "full-window";
+    rt.block_on(async {
+        for i in 0..20u64 {
+            let e = if i % 2 == 0 {
+                failure(task, MESSAGES[(i / 2) as usize % 8])
+            } else {
+                parse_envelope_value(json!({"task_id": task, "agent_id": "coder", "event": {
+                    "type": "tool_call", "tool": "bash",
+                    "args": {"cmd": format!("pytest tests/test_{}.py -x", word(i))},
+                    "result": {"output": format!("FAILED tests/test_{}.py::test_case - {}", word(i), MESSAGES[(i / 2) as usize % 8]), "exit_code": 1}}}))
+                .unwrap()
+            };
+            engine.evaluate(e).await.unwrap();
+        }
+    });
+    let state = rt.block_on(engine.snapshot(task)).unwrap().unwrap();
+    eprintln!(
+        "state of a full window: {} bytes of JSON, {} verdict summaries",
+        serde_json::to_vec(&state).unwrap().len(),
+        state.recent_verdicts.len()
+    );
+    g.bench_function("clone_and_serialize_full_window", |b| {
+        b.iter(|| serde_json::to_vec(&state.clone()).unwrap())
+    });
+    g.finish();
+
     let mut g = c.benchmark_group("signature");
     let long_output = "Traceback (most recent call last):\n  File \"/tmp/tmpa8f9z2k1/run.py\", line 42, in <module>\n".repeat(40);
     g.bench_function("normalize_long_output", |b| {

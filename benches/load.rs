@@ -3,7 +3,8 @@
 //! batching off (`model.max_batch = 1`), against the real binary, model and sled store.
 //!
 //! Run: `cargo bench --bench load` (after `python3 models/fetch.py`). Prints a Markdown table.
-//! `LOAD_SECONDS` sets how long each cell runs (default 5).
+//! `LOAD_SECONDS` sets how long each cell runs (default 5). `LOOPGUARD_BIN` runs another build
+//! of the binary (an older commit's, as a baseline) instead of this one.
 
 use serde_json::json;
 use std::io::BufRead;
@@ -26,7 +27,9 @@ struct Server {
 impl Server {
     fn start(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        let bin = std::env::var_os("LOOPGUARD_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_loopguard").into());
+        let mut child = Command::new(bin)
             .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
             .arg(dir.path())
             // Gate and pivots off: tasks stay active however many loops the load makes.

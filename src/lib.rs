@@ -19,7 +19,7 @@
 //! - [`feedback`]: false positives and missed loops reported by users, exported for calibration.
 //! - [`verdict`]: verdicts out.
 //! - [`config`]: one configuration type for file, environment and flags.
-//! - [`score`]: batch scoring of recorded runs (`loopguard score`).
+//! - [`score`]: batch scoring of recorded runs (`loopguard score`), and its HTML report.
 //! - [`calibrate`]: threshold calibration on labelled pairs and runs (`loopguard calibrate`).
 
 pub mod audit;

@@ -3,6 +3,9 @@
 //! Each run is scored by a fresh engine (fresh task state) sharing one embedder, so runs scored
 //! concurrently feed the model's batches. Runs are read one by one and only `jobs × 2` are in
 //! flight, so memory does not grow with the number of runs; output keeps the input order.
+//! [`html`] writes the same results as a page a person can read.
+
+pub mod html;
 
 use crate::config::Config;
 use crate::embed::Embedder;
@@ -151,17 +154,21 @@ pub struct ScoreOptions {
     pub jobs: usize,
     /// Leave per-event verdicts out of the output (one short line per run).
     pub summary_only: bool,
+    /// Hand each run's events to `on_run` (for the HTML report); otherwise they are dropped
+    /// once scored.
+    pub keep_events: bool,
 }
 
 /// Score every run of a JSONL stream, writing one line per run in input order. `on_run` is
-/// called after each run with the number of input bytes consumed so far (for progress bars).
+/// called after each run, in input order, with the number of input bytes consumed so far (for
+/// progress bars), the run (its events only with [`ScoreOptions::keep_events`]) and its score.
 pub fn score_stream(
     input: impl BufRead + Send + 'static,
     mut output: impl Write,
     cfg: Arc<Config>,
     embedder: Embedder,
     opts: &ScoreOptions,
-    mut on_run: impl FnMut(u64, &RunScore),
+    mut on_run: impl FnMut(u64, &Run, &RunScore),
 ) -> Result<ScoreSummary, ScoreError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -189,7 +196,7 @@ pub fn score_stream(
     rt.block_on(async move {
         let mut summary = ScoreSummary::default();
         let mut in_flight = tokio::task::JoinSet::new();
-        let mut done: BTreeMap<usize, (u64, RunScore)> = BTreeMap::new();
+        let mut done: BTreeMap<usize, (u64, Run, RunScore)> = BTreeMap::new();
         let mut next_out = 0usize;
         let mut order = 0usize;
         let mut input_done = false;
@@ -210,25 +217,34 @@ pub fn score_stream(
                 let (cfg, embedder) = (Arc::clone(&cfg), embedder.clone());
                 let idx = order;
                 order += 1;
+                let kept = Run {
+                    id: run.id.clone(),
+                    events: if opts.keep_events {
+                        run.events.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    label: run.label,
+                };
                 in_flight.spawn(async move {
                     let r = score_run(cfg, embedder, run).await;
-                    (idx, line_no, consumed, r)
+                    (idx, line_no, consumed, kept, r)
                 });
             }
             let Some(joined) = in_flight.join_next().await else {
                 break;
             };
-            let (idx, line_no, consumed, result) = joined.expect("scoring task panicked");
+            let (idx, line_no, consumed, kept, result) = joined.expect("scoring task panicked");
             let score = result.map_err(|error| ScoreError::Engine {
                 line: line_no,
                 error,
             })?;
-            done.insert(idx, (consumed, score));
-            while let Some((consumed, mut score)) = done.remove(&next_out) {
+            done.insert(idx, (consumed, kept, score));
+            while let Some((consumed, run, mut score)) = done.remove(&next_out) {
                 summary.runs += 1;
                 summary.events += score.verdicts.len();
                 summary.flagged += usize::from(score.is_loop);
-                on_run(consumed, &score);
+                on_run(consumed, &run, &score);
                 if opts.summary_only {
                     score.verdicts.clear();
                 }

@@ -246,6 +246,18 @@ pub struct VerdictSummary {
     pub matched_seq: Option<u64>,
     #[serde(default)]
     pub matched_text: Option<String>,
+    /// When the event happened (unix seconds), who sent it, and the rest of what the verdict
+    /// said: what a timeline of the task shows. Absent (defaults) in states written before.
+    #[serde(default)]
+    pub ts: i64,
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    #[serde(default)]
+    pub counted: bool,
+    #[serde(default)]
+    pub similarity: Option<f32>,
+    #[serde(default)]
+    pub reason: String,
 }
 
 /// Everything the engine remembers about one root task.

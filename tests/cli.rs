@@ -147,3 +147,125 @@ fn config_prints_the_effective_configuration() {
     let parsed: loopguard::Config = loopguard::Config::from_toml_str(&text).unwrap();
     assert_eq!(parsed.policy.gate_at, 7);
 }
+
+/// Score `input` (a file of runs) with `--html`; the JSON lines and the page.
+fn score_html(input: &str) -> (std::process::Output, String, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let runs = dir.join("runs.jsonl");
+    std::fs::write(&runs, input).unwrap();
+    let report = dir.join("report.html");
+    let out = loopguard()
+        .args(["score", runs.to_str().unwrap(), "--html"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    let html = std::fs::read_to_string(&report).unwrap_or_default();
+    (out, html, tmp)
+}
+
+#[test]
+fn score_html_shows_each_run_its_events_and_why_it_was_flagged() {
+    let mut input = std::fs::read_to_string("tests/fixtures/runs.jsonl").unwrap();
+    // A run whose texts try to be markup, labelled as a loop it is not.
+    input.push_str(
+        &serde_json::json!({"id": "<b>markup</b>", "label": "loop", "events": [
+            {"type": "response", "text": "<script>alert('x')</script> & done"},
+            {"type": "tool_call", "tool": "bash", "args": {"cmd": "ls \"<dir>\""},
+             "result": {"output": "</td></tr></table>", "exit_code": 2}}
+        ]})
+        .to_string(),
+    );
+    input.push('\n');
+    let (out, html, dir) = score_html(&input);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("wrote"), "{stderr}");
+    // The JSON lines are written as without --html.
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 4);
+    assert!(html.starts_with("<!doctype html>") && html.trim_end().ends_with("</html>"));
+
+    // The summary: every run, flagged or not, with its first loop linked.
+    assert!(
+        html.contains("4 runs") && html.contains("2 flagged as loops"),
+        "{html}"
+    );
+    assert!(html.contains("<a href=\"#r1-e2\">event 2</a> · semantic repeat"));
+    assert!(html.contains("<a href=\"#r3-e1\">event 1</a> · collaboration loop"));
+
+    // Each run is a section; flagged ones open, loops highlighted, the first outlined.
+    assert!(html.contains("<section class=\"run flagged\" id=\"r1\"><details open>"));
+    assert!(html.contains("<section class=\"run clean\" id=\"r2\"><details>"));
+    assert!(html.contains("<tr class=\"ev loop first\" id=\"r1-e2\">"));
+    assert!(html.contains("<tr class=\"ev loop\" id=\"r1-e3\">"));
+    assert!(html.contains("<tr class=\"ev\" id=\"r1-e1\">"));
+    // Why: what it repeats (a link to the earlier event), how similar, what was done.
+    let row = html
+        .split("id=\"r1-e2\">")
+        .nth(1)
+        .unwrap()
+        .split("</tr>")
+        .next()
+        .unwrap();
+    assert!(row.contains("semantic repeat"), "{row}");
+    assert!(
+        row.contains("repeats <a href=\"#r1-e0\">event 0</a>"),
+        "{row}"
+    );
+    assert!(row.contains("cosine 0."), "{row}");
+    assert!(row.contains("act-warn"), "{row}");
+    assert!(row.contains("reworded"), "{row}");
+    // The raw event as the agent sent it, not the normalised form.
+    assert!(row.contains("Uncaught TypeError: cannot read property &#39;name&#39; of undefined in UserCard.tsx line 14"), "{row}");
+    assert!(html.contains("act-pause"), "the gate shows");
+    // Subtask events name their task; the subtask's loop links into the root's events.
+    assert!(html.contains("review-7/retry"));
+    assert!(html.contains("repeats <a href=\"#r3-e0\">event 0</a>"));
+
+    // Agent texts are text, never markup; labels are checked against the verdict.
+    assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; done"));
+    assert!(html.contains("&lt;/td&gt;&lt;/tr&gt;&lt;/table&gt;"));
+    assert!(html.contains("&lt;b&gt;markup&lt;/b&gt;"));
+    assert!(!html.contains("<script") && !html.contains("<b>markup"));
+    assert!(html.contains("failed, exit 2"));
+    assert!(html.contains("loop <span class=\"bad\">✗ missed</span>"));
+    assert!(html.contains("1 labelled run: 0 agree with their label"));
+
+    // Self-contained: nothing fetched from anywhere.
+    for external in [
+        "<link", "<script", "src=", "http://", "https://", "@import", "url(",
+    ] {
+        assert!(!html.contains(external), "{external} in the report");
+    }
+    assert!(
+        !dir.path().join("report.html.part").exists(),
+        "the part file is gone"
+    );
+}
+
+#[test]
+fn score_html_leaves_nothing_behind_on_bad_input_and_names_an_unwritable_path() {
+    let input = "{\"id\": \"ok\", \"events\": []}\n{\"id\": \"bad\", \"events\": [{\"type\": \"failure\"}]}\n";
+    let (out, html, dir) = score_html(input);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
+    assert!(html.is_empty(), "no report for a failed pass");
+    let gone = |f: &str| !dir.path().join(f).exists();
+    assert!(gone("report.html") && gone("report.html.part"));
+
+    let out = loopguard()
+        .args([
+            "score",
+            "tests/fixtures/runs.jsonl",
+            "--html",
+            "no/such/dir/report.html",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot create no/such/dir/report.html"),
+        "{err}"
+    );
+}

@@ -47,8 +47,8 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the HTTP service (POST /v1/evaluate, task endpoints, /livez, /readyz, /metrics,
-    /// /openapi.json) with durable state.
+    /// Run the HTTP service (POST /v1/evaluate, task and loop endpoints, /livez, /readyz,
+    /// /metrics, /v1/stats, /openapi.json, a dashboard at /) with durable state.
     Serve(serve::ServeArgs),
     /// Score recorded runs: JSONL in (a file or `-` for stdin), one JSON line per run out.
     Score(score::ScoreArgs),

@@ -2,6 +2,7 @@
 
 use super::Cli;
 use loopguard::embed::Embedder;
+use loopguard::score::html::HtmlReport;
 use loopguard::score::{score_stream, ScoreOptions};
 use std::io::{BufRead, BufReader, IsTerminal};
 use std::path::PathBuf;
@@ -26,6 +27,11 @@ pub struct ScoreArgs {
     /// One short line per run, without the per-event verdicts.
     #[arg(long)]
     pub summary: bool,
+
+    /// Also write a self-contained HTML page: each run's events with the verdicts they got,
+    /// loops highlighted (the JSON lines are written as usual).
+    #[arg(long, value_name = "REPORT.html")]
+    pub html: Option<PathBuf>,
 }
 
 pub fn run(cli: &Cli, args: &ScoreArgs) -> Result<(), String> {
@@ -43,6 +49,20 @@ pub fn run(cli: &Cli, args: &ScoreArgs) -> Result<(), String> {
             std::fs::File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut report = match &args.html {
+        Some(p) => {
+            let source = if args.input.as_os_str() == "-" {
+                "stdin".to_string()
+            } else {
+                args.input.display().to_string()
+            };
+            Some(
+                HtmlReport::create(p, &source)
+                    .map_err(|e| format!("cannot create {}: {e}", p.display()))?,
+            )
+        }
+        None => None,
     };
     let embedder = Embedder::load_model(&cfg.model).map_err(|e| e.to_string())?;
 
@@ -65,21 +85,41 @@ pub fn run(cli: &Cli, args: &ScoreArgs) -> Result<(), String> {
     let opts = ScoreOptions {
         jobs: args.jobs,
         summary_only: args.summary,
+        keep_events: report.is_some(),
     };
+    let mut report_error = None;
     let mut runs = 0usize;
     let mut flagged = 0usize;
     let stats_handle = embedder.clone();
-    let summary = score_stream(input, output, cfg, embedder, &opts, |consumed, score| {
-        runs += 1;
-        flagged += usize::from(score.is_loop);
-        if let Some(bar) = &bar {
-            bar.set_position(consumed);
-            bar.set_message(format!("{runs} runs, {flagged} flagged"));
-        }
-    })
+    let summary = score_stream(
+        input,
+        output,
+        cfg,
+        embedder,
+        &opts,
+        |consumed, run, score| {
+            runs += 1;
+            flagged += usize::from(score.is_loop);
+            if let Some(r) = report.as_mut().filter(|_| report_error.is_none()) {
+                report_error = r.add(run, score).err();
+            }
+            if let Some(bar) = &bar {
+                bar.set_position(consumed);
+                bar.set_message(format!("{runs} runs, {flagged} flagged"));
+            }
+        },
+    )
     .map_err(|e| e.to_string())?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
+    }
+    if let (Some(r), Some(p)) = (report, &args.html) {
+        let written = match report_error {
+            Some(e) => Err(e),
+            None => r.finish(),
+        };
+        written.map_err(|e| format!("writing {}: {e}", p.display()))?;
+        eprintln!("loopguard: wrote {}", p.display());
     }
     eprintln!(
         "loopguard: scored {} runs ({} events) in {:.1}s; {} flagged as loops",

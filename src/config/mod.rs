@@ -59,6 +59,8 @@ pub struct ServerConfig {
     pub shutdown_grace_secs: u64,
     #[serde(deserialize_with = "empty_string_as_none")]
     pub auth_token: Option<String>,
+    /// Serve the dashboard page at `/`.
+    pub dashboard: bool,
 }
 
 fn empty_string_as_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {

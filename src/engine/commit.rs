@@ -71,6 +71,11 @@ pub(super) fn finish(
             .unwrap_or_default(),
         matched_seq: verdict.matched.as_ref().map(|m| m.seq),
         matched_text: verdict.matched.as_ref().map(|m| trim(&m.text)),
+        ts: state.updated_ts,
+        agent_id: env.agent_id.clone(),
+        counted: verdict.counted,
+        similarity: verdict.similarity,
+        reason: trim(&verdict.reason),
     });
     let audit = audit
         .into_iter()

@@ -498,6 +498,19 @@ impl LoopMemory {
         out
     }
 
+    /// The `limit` loops remembered last, newest first, with their resolutions (the
+    /// service's `GET /v1/loops`).
+    pub fn recent(&self, limit: usize) -> Vec<LoopRecord> {
+        let inner = self.inner.read().expect("memory lock");
+        inner
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| inner.records.get(id).map(|(r, _)| r.clone()))
+            .take(limit)
+            .collect()
+    }
+
     /// Every live record (for export and tests).
     pub fn records(&self) -> Vec<LoopRecord> {
         let inner = self.inner.read().expect("memory lock");

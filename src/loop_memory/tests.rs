@@ -55,6 +55,25 @@ fn finds_other_tasks_loops_with_their_resolution() {
 }
 
 #[test]
+fn recent_lists_the_newest_live_loops_first() {
+    let m = LoopMemory::in_memory(cfg(3));
+    for (task, text) in [
+        ("a", "disk full on /var"),
+        ("b", "permission denied writing config"),
+        ("c", "timeout connecting to the registry"),
+        ("d", "segmentation fault in the parser"),
+    ] {
+        let (r, v) = rec(task, text);
+        m.remember(r, v).unwrap();
+    }
+    m.forget_task("c").unwrap();
+    let tasks: Vec<String> = m.recent(10).into_iter().map(|r| r.task_id).collect();
+    // "a" was evicted past the bound, "c" forgotten.
+    assert_eq!(tasks, ["d", "b"]);
+    assert_eq!(m.recent(1)[0].task_id, "d");
+}
+
+#[test]
 fn stays_within_its_bound_and_rebuilds_the_index() {
     let m = LoopMemory::in_memory(cfg(50));
     for i in 0..500 {

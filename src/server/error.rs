@@ -13,7 +13,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// Stable machine-readable code: `invalid_json`, `invalid_utf8`, `invalid_event`,
-    /// `body_too_large`, `too_many_events`, `field_too_large`, `too_deep`, `not_found`,
+    /// `invalid_query`, `body_too_large`, `too_many_events`, `field_too_large`, `too_deep`, `not_found`,
     /// `unauthorized`, `conflict`, `overloaded`, `timeout`, `model_unavailable`, `storage_error`,
     /// `internal`.
     pub code: &'static str,

@@ -70,6 +70,8 @@ pub struct Metrics {
     pub judge_seconds: Histogram,
     pub feedback: Family<FeedbackLabels, Counter>,
     pub similar_loops: Counter,
+    /// The last minute and the totals as `GET /v1/stats` shows them.
+    pub live: super::live::Live,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -221,6 +223,7 @@ impl Metrics {
             judge_seconds,
             feedback,
             similar_loops,
+            live: super::live::Live::new(),
         }
     }
 
@@ -234,6 +237,8 @@ impl Metrics {
     /// the engine, through [`Metrics::audit_counters`].
     pub fn evaluation(&self, e: &Evaluation) {
         self.events.inc();
+        self.live
+            .event(e.timings.used_model, e.asked_judge, e.verdict.is_loop);
         if e.timings.used_model {
             self.events_needing_model.inc();
         }

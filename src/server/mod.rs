@@ -5,9 +5,12 @@
 //! on port 0), serves until shutdown, lets in-flight requests finish within the grace period,
 //! stops the background sweeps and flushes the store.
 
+mod dashboard;
 mod error;
+mod live;
 mod metrics;
 pub mod openapi;
+mod overview;
 mod routes;
 mod validate;
 
@@ -140,6 +143,9 @@ impl AppState {
 /// (a bounded label set: anything else is `other`).
 pub mod paths {
     pub const EVALUATE: &str = "/v1/evaluate";
+    pub const TASKS: &str = "/v1/tasks";
+    pub const LOOPS: &str = "/v1/loops";
+    pub const STATS: &str = "/v1/stats";
     pub const TASK: &str = "/v1/tasks/{task_id}";
     pub const TASK_HISTORY: &str = "/v1/tasks/{task_id}/history";
     pub const TASK_RESET: &str = "/v1/tasks/{task_id}/reset";
@@ -151,8 +157,19 @@ pub mod paths {
     pub const READYZ: &str = "/readyz";
     pub const OPENAPI: &str = "/openapi.json";
 
-    pub const ALL: [&str; 11] = [
+    /// The dashboard page and its assets, one label for all.
+    pub const DASHBOARD: [&str; 4] = [
+        "/",
+        "/dashboard/app.js",
+        "/dashboard/style.css",
+        "/dashboard/icon.svg",
+    ];
+
+    pub const ALL: [&str; 14] = [
         EVALUATE,
+        TASKS,
+        LOOPS,
+        STATS,
         TASK,
         TASK_HISTORY,
         TASK_RESET,
@@ -167,9 +184,11 @@ pub mod paths {
 
     /// The metrics label of a matched route template.
     pub fn label(matched: Option<&str>) -> &'static str {
-        matched
-            .and_then(|m| ALL.into_iter().find(|p| *p == m))
-            .unwrap_or("other")
+        match matched {
+            Some(m) if DASHBOARD.contains(&m) => "dashboard",
+            Some(m) => ALL.into_iter().find(|p| *p == m).unwrap_or("other"),
+            None => "other",
+        }
     }
 }
 
@@ -177,13 +196,16 @@ pub mod paths {
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route(paths::EVALUATE, post(routes::evaluate))
+        .route(paths::TASKS, get(overview::list_tasks))
         .route(
             paths::TASK,
             get(routes::get_task).delete(routes::delete_task),
         )
         .route(paths::TASK_HISTORY, get(routes::get_history))
         .route(paths::TASK_RESET, post(routes::reset_task))
+        .route(paths::LOOPS, get(overview::recent_loops))
         .route(paths::SIMILAR_LOOPS, get(routes::similar_loops))
+        .route(paths::STATS, get(overview::stats))
         .route(paths::FEEDBACK, post(routes::feedback))
         .route(paths::FEEDBACK_EXPORT, get(routes::export_feedback))
         .route(paths::METRICS, get(routes::metrics))
@@ -191,8 +213,20 @@ pub fn router(state: Arc<AppState>) -> Router {
             Arc::clone(&state),
             authenticate,
         ));
+    // The page shell holds no data, so it is public even with a token (see dashboard.rs).
+    let page = if state.cfg.server.dashboard {
+        let [index, script, style, icon] = paths::DASHBOARD;
+        Router::new()
+            .route(index, get(dashboard::index))
+            .route(script, get(dashboard::script))
+            .route(style, get(dashboard::style))
+            .route(icon, get(dashboard::icon))
+    } else {
+        Router::new()
+    };
     Router::new()
         .merge(api)
+        .merge(page)
         .route(paths::LIVEZ, get(routes::livez))
         .route(paths::READYZ, get(routes::readyz))
         .route(paths::OPENAPI, get(routes::openapi))
@@ -275,11 +309,15 @@ async fn request_metrics(State(state): State<Arc<AppState>>, req: Request, next:
             status: resp.status().as_u16(),
         })
         .inc();
+    let secs = started.elapsed().as_secs_f64();
     state
         .metrics
         .request_seconds
         .get_or_create(&metrics::RouteLabels { route })
-        .observe(started.elapsed().as_secs_f64());
+        .observe(secs);
+    if route == "/v1/evaluate" && resp.status().is_success() {
+        state.metrics.live.evaluate_request(secs);
+    }
     resp
 }
 
@@ -372,3 +410,5 @@ pub async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_dashboard;

@@ -13,16 +13,19 @@ use utoipa::{Modify, OpenApi};
     ),
     paths(
         super::routes::evaluate,
+        super::overview::list_tasks,
         super::routes::get_task,
         super::routes::get_history,
         super::routes::reset_task,
         super::routes::delete_task,
+        super::overview::recent_loops,
         super::routes::similar_loops,
         super::routes::feedback,
         super::routes::export_feedback,
         super::routes::livez,
         super::routes::readyz,
         super::routes::metrics,
+        super::overview::stats,
     ),
     components(schemas(
         super::routes::BatchItem,
@@ -31,10 +34,10 @@ use utoipa::{Modify, OpenApi};
     modifiers(&BearerAuth),
     tags(
         (name = "evaluate", description = "Events in, verdicts out"),
-        (name = "tasks", description = "Task state, audit trail, reset, delete"),
-        (name = "loops", description = "Cross-task loop memory"),
+        (name = "tasks", description = "Task listing, state, audit trail, reset, delete"),
+        (name = "loops", description = "Cross-task loop memory: recent loops, similar loops"),
         (name = "feedback", description = "False positives and missed loops, exported for calibration"),
-        (name = "operations", description = "Health and metrics"),
+        (name = "operations", description = "Health, metrics and live figures"),
     )
 )]
 struct ApiDoc;

@@ -183,6 +183,61 @@ pub struct WindowItem {
     pub new_work: bool,
 }
 
+/// A past verdict as `GET /v1/tasks/{id}` shows it.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct VerdictItem {
+    pub seq: u64,
+    /// The task or subtask the event was sent for.
+    pub task_id: String,
+    /// RFC 3339 (empty for verdicts stored before loopguard kept it).
+    pub ts: String,
+    pub agent_id: Option<String>,
+    /// `failure`, `tool_call`, `response`, `collaboration`, `transition`, `progress`, `outcome`.
+    pub event_type: String,
+    /// The event's text as compared (failures, tool calls without their result, responses,
+    /// requests; empty for the other types), trimmed to 500 characters.
+    pub text: String,
+    #[serde(rename = "loop")]
+    pub is_loop: bool,
+    pub kind: loopguard::verdict::LoopKind,
+    /// Whether the event moved the loop counter.
+    pub counted: bool,
+    pub similarity: Option<f32>,
+    /// The earlier event it matched, and that event's text.
+    pub matched_seq: Option<u64>,
+    pub matched_text: Option<String>,
+    /// `continue`, `warn`, `retry_with_hint`, `pivot`, `escalate`, `pause`, `terminate`.
+    pub action: String,
+    pub loop_count: u32,
+    pub reason: String,
+}
+
+impl From<&loopguard::state::VerdictSummary> for VerdictItem {
+    fn from(v: &loopguard::state::VerdictSummary) -> Self {
+        VerdictItem {
+            seq: v.seq,
+            task_id: v.task_id.clone(),
+            ts: if v.ts == 0 {
+                String::new()
+            } else {
+                rfc3339(v.ts)
+            },
+            agent_id: v.agent_id.clone(),
+            event_type: v.event_type.clone(),
+            text: v.text.clone(),
+            is_loop: v.is_loop,
+            kind: v.kind,
+            counted: v.counted,
+            similarity: v.similarity,
+            matched_seq: v.matched_seq,
+            matched_text: v.matched_text.clone(),
+            action: v.action.clone(),
+            loop_count: v.loop_count,
+            reason: v.reason.clone(),
+        }
+    }
+}
+
 /// A task's state.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct TaskView {
@@ -200,8 +255,8 @@ pub struct TaskView {
     pub current_step: Option<String>,
     pub step_entries: BTreeMap<String, u32>,
     pub window: Vec<WindowItem>,
-    #[schema(value_type = Vec<Object>)]
-    pub last_verdicts: Vec<loopguard::state::VerdictSummary>,
+    /// The last 20 verdicts, oldest first: the task's timeline.
+    pub last_verdicts: Vec<VerdictItem>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -249,7 +304,7 @@ fn view(task_id: &str, s: &TaskState) -> TaskView {
                 new_work: e.novel,
             })
             .collect(),
-        last_verdicts: s.recent_verdicts.iter().cloned().collect(),
+        last_verdicts: s.recent_verdicts.iter().map(VerdictItem::from).collect(),
         created_at: rfc3339(s.created_ts),
         updated_at: rfc3339(s.updated_ts),
     }

@@ -8,7 +8,7 @@ use loopguard::embed::{EmbedBackend, EmbedError, EmbedderOptions, StubBackend};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-fn model() -> Embedder {
+pub(super) fn model() -> Embedder {
     static MODEL: OnceLock<Embedder> = OnceLock::new();
     MODEL
         .get_or_init(|| {
@@ -18,16 +18,16 @@ fn model() -> Embedder {
         .clone()
 }
 
-fn state_with(cfg: Config, embedder: Embedder) -> Arc<AppState> {
+pub(super) fn state_with(cfg: Config, embedder: Embedder) -> Arc<AppState> {
     let parts = Parts::in_memory(&cfg, embedder);
     AppState::with(Arc::new(cfg), parts, Arc::new(OnceLock::new()))
 }
 
-fn app() -> Router {
+pub(super) fn app() -> Router {
     router(state_with(Config::default(), model()))
 }
 
-async fn send(
+pub(super) async fn send(
     app: &Router,
     method: &str,
     uri: &str,
@@ -50,12 +50,12 @@ async fn send(
     (status, value, headers)
 }
 
-async fn post(app: &Router, body: Value) -> (StatusCode, Value) {
+pub(super) async fn post(app: &Router, body: Value) -> (StatusCode, Value) {
     let (s, v, _) = send(app, "POST", "/v1/evaluate", body.to_string()).await;
     (s, v)
 }
 
-fn failure(task: &str, msg: &str) -> Value {
+pub(super) fn failure(task: &str, msg: &str) -> Value {
     json!({"task_id": task, "event": {"type": "failure", "message": msg}})
 }
 
@@ -511,4 +511,16 @@ fn constant_time_eq_compares() {
     assert!(constant_time_eq(b"abc", b"abc"));
     assert!(!constant_time_eq(b"abc", b"abd"));
     assert!(!constant_time_eq(b"abc", b"ab"));
+}
+
+#[test]
+fn every_documented_route_has_its_own_metrics_label() {
+    let doc: Value = serde_json::from_str(&openapi::document_json()).unwrap();
+    for path in doc["paths"].as_object().unwrap().keys() {
+        assert_eq!(
+            super::paths::label(Some(path)),
+            path.as_str(),
+            "add {path} to server::paths::ALL"
+        );
+    }
 }

@@ -84,6 +84,11 @@ async fn round_trip(open: &impl Fn() -> Arc<dyn Store>, durable: bool, prefix: &
     assert!(s.idle_roots(101).await.unwrap().contains(&root));
     assert!(!s.idle_roots(100).await.unwrap().contains(&root));
     assert!(s.task_count().await.unwrap() >= 1);
+    let (total, newest) = s.recent_roots(10_000).await.unwrap();
+    assert!(
+        total >= 1 && newest.contains(&(root.clone(), 100)),
+        "{newest:?}"
+    );
     let opened = s.begin(&root, None).await.unwrap();
     assert!(opened.txn.delete().await.unwrap());
     assert!(s.load(&root).await.unwrap().is_none());

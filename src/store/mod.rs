@@ -98,6 +98,11 @@ pub trait Store: Send + Sync {
     /// How many root tasks are stored.
     fn task_count(&self) -> StoreFuture<'_, usize>;
 
+    /// How many root tasks are stored, and the `limit` most recently updated with their last
+    /// update (unix seconds), newest first, ties in id order. For listings (the service's
+    /// `GET /v1/tasks`, the dashboard): it reads only what expiry reads, not the states.
+    fn recent_roots(&self, limit: usize) -> StoreFuture<'_, (usize, Vec<(String, i64)>)>;
+
     /// Wait until every commit made so far survives a crash (at shutdown).
     fn flush(&self) -> StoreFuture<'_>;
 
@@ -228,17 +233,106 @@ impl Store for InMemoryStore {
         ready(Ok(self.inner.lock().expect("store lock").states.len()))
     }
 
+    fn recent_roots(&self, limit: usize) -> StoreFuture<'_, (usize, Vec<(String, i64)>)> {
+        let inner = self.inner.lock().expect("store lock");
+        let mut top = Newest::new(limit);
+        for s in inner.states.values() {
+            top.offer(s.updated_ts, || s.root.clone());
+        }
+        ready(Ok((inner.states.len(), top.into_sorted())))
+    }
+
     fn flush(&self) -> StoreFuture<'_> {
         ready(Ok(()))
     }
 }
 
+/// Keeps the `limit` newest of `(root, updated_ts)` pairs offered, without sorting them all or
+/// allocating an id for every pair that cannot make it (a listing scans every task).
+pub(crate) struct Newest {
+    limit: usize,
+    // A min-heap on (ts, Reverse(id)): its top is the entry to drop first.
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(i64, std::cmp::Reverse<String>)>>,
+}
+
+impl Newest {
+    pub(crate) fn new(limit: usize) -> Newest {
+        Newest {
+            limit,
+            heap: std::collections::BinaryHeap::with_capacity(limit.saturating_add(1).min(4096)),
+        }
+    }
+
+    /// Offer a root updated at `ts`; `id` is called only when it may be kept.
+    pub(crate) fn offer(&mut self, ts: i64, id: impl FnOnce() -> String) {
+        use std::cmp::Reverse;
+        if self.limit == 0 {
+            return;
+        }
+        if self.heap.len() == self.limit {
+            let Some(Reverse((oldest, _))) = self.heap.peek() else {
+                return;
+            };
+            if ts < *oldest {
+                return;
+            }
+        }
+        self.heap.push(Reverse((ts, Reverse(id()))));
+        if self.heap.len() > self.limit {
+            self.heap.pop();
+        }
+    }
+
+    /// Newest first; ties by id.
+    pub(crate) fn into_sorted(self) -> Vec<(String, i64)> {
+        let mut out: Vec<(String, i64)> = self
+            .heap
+            .into_iter()
+            .map(|std::cmp::Reverse((ts, std::cmp::Reverse(root)))| (root, ts))
+            .collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[tokio::test]
     async fn the_in_memory_store_passes_the_store_checks() {
-        let store: std::sync::Arc<dyn super::Store> =
-            std::sync::Arc::new(super::InMemoryStore::new());
-        super::conformance::check(|| std::sync::Arc::clone(&store), false, "t").await;
+        let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(InMemoryStore::new());
+        conformance::check(|| std::sync::Arc::clone(&store), false, "t").await;
+    }
+
+    fn newest(items: &[(&str, i64)], limit: usize) -> Vec<(String, i64)> {
+        let mut top = Newest::new(limit);
+        for (id, ts) in items {
+            top.offer(*ts, || id.to_string());
+        }
+        top.into_sorted()
+    }
+
+    #[test]
+    fn newest_keeps_the_most_recent_in_order() {
+        let items = [("a", 5), ("b", 9), ("c", 1), ("d", 9), ("e", 7), ("f", 9)];
+        let want = [("b", 9), ("d", 9), ("f", 9)].map(|(r, t)| (r.to_string(), t));
+        assert_eq!(newest(&items, 3), want, "ties by id");
+        assert_eq!(newest(&items, 4)[3], ("e".to_string(), 7));
+        assert_eq!(newest(&items, 10).len(), 6);
+        assert!(newest(&items, 0).is_empty());
+    }
+
+    #[tokio::test]
+    async fn memory_store_lists_recent_roots() {
+        let s = InMemoryStore::new();
+        for (root, ts) in [("old", 10), ("new", 30), ("mid", 20)] {
+            conformance::commit(&s, &TaskState::new(root, ts), &[], None)
+                .await
+                .unwrap();
+        }
+        let (total, roots) = s.recent_roots(2).await.unwrap();
+        assert_eq!(total, 3);
+        assert_eq!(roots, [("new".to_string(), 30), ("mid".to_string(), 20)]);
     }
 }

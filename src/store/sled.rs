@@ -374,6 +374,27 @@ impl Store for SledStore {
         ready(Ok(self.db.scan_prefix(b"u:").count()))
     }
 
+    fn recent_roots(&self, limit: usize) -> StoreFuture<'_, (usize, Vec<(String, i64)>)> {
+        // The `u:` index is small (one timestamp per task): one scan counts the tasks and keeps
+        // the newest, without reading a state or allocating an id that will not be kept.
+        let scan = || {
+            let mut total = 0;
+            let mut top = super::Newest::new(limit);
+            for item in self.db.scan_prefix(b"u:") {
+                let (k, v) = item.map_err(io)?;
+                total += 1;
+                let ts = v
+                    .as_ref()
+                    .try_into()
+                    .map(i64::from_be_bytes)
+                    .unwrap_or(i64::MIN);
+                top.offer(ts, || String::from_utf8_lossy(&k[2..]).into_owned());
+            }
+            Ok((total, top.into_sorted()))
+        };
+        ready(scan())
+    }
+
     fn flush(&self) -> StoreFuture<'_> {
         Box::pin(self.flusher.durable())
     }
