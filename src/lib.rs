@@ -4,6 +4,7 @@
 //! # Layout
 //!
 //! - [`event`]: events in (the envelope and the seven event types), parsed with JSON paths in errors.
+//! - [`json`]: JSON text parsed strictly (a key named twice is an error, with its path).
 //! - [`signature`]: failure signatures, normalisation of volatile text, canonical JSON, test metrics.
 //! - [`observe`]: an event turned into what the engine keeps and compares.
 //! - [`embed`]: local embeddings; one thread owns the model, callers are batched, texts cached.
@@ -27,6 +28,7 @@ pub mod embed;
 pub mod engine;
 pub mod event;
 pub mod feedback;
+pub mod json;
 pub mod judge;
 pub mod memory;
 pub mod observe;
