@@ -81,6 +81,20 @@ impl ResetReason {
 
 type Slot = Arc<tokio::sync::Mutex<Option<TaskState>>>;
 
+/// Whose clock dates an event: the time that idle-task expiry, the gap rule
+/// (`detect.max_gap_secs`) and a task's created/updated times are measured by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Clock {
+    /// The event's own `ts` when it has one, else the engine's clock: replaying recorded runs
+    /// (`loopguard score`), where the events happened long before they are scored.
+    #[default]
+    Event,
+    /// Always the engine's clock; an event's `ts` is only recorded (`client_ts` in the audit
+    /// trail). The service runs so: a client must not erase its own loop history with a `ts`
+    /// two days old, nor keep a task forever with one in the year 2999.
+    Server,
+}
+
 /// The detection engine. Cheap to share (`Arc<Engine>`); one per service or per scored run.
 pub struct Engine {
     cfg: Arc<Config>,
@@ -93,6 +107,7 @@ pub struct Engine {
     background: Arc<Background>,
     slots: Mutex<HashMap<String, Slot>>,
     roots: Mutex<HashMap<String, String>>,
+    clock: Clock,
 }
 
 fn now_unix() -> i64 {
@@ -116,7 +131,14 @@ impl Engine {
             background: Arc::new(Background::default()),
             slots: Mutex::new(HashMap::new()),
             roots: Mutex::new(HashMap::new()),
+            clock: Clock::default(),
         }
+    }
+
+    /// Date events by `clock` (see [`Clock`]; the default trusts the event's `ts`).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Ask this judge about ambiguous cases (without one, `judge.fallback` decides).
@@ -311,7 +333,10 @@ impl Engine {
         let (root, link) = self.resolve(&env)?;
         let slot = self.slot(&root);
         let mut guard = slot.lock().await;
-        let ts = env.ts.map(|t| t.unix_timestamp()).unwrap_or_else(now_unix);
+        let ts = match (self.clock, env.ts) {
+            (Clock::Event, Some(t)) => t.unix_timestamp(),
+            _ => now_unix(),
+        };
         let current = match guard.take() {
             Some(s) => s,
             None => self
@@ -355,7 +380,10 @@ impl Engine {
         let mut audit: Vec<AuditEvent> = Vec::new();
 
         if state.goal.is_none() {
-            state.goal = env.goal.clone();
+            state.goal = env
+                .goal
+                .as_deref()
+                .map(|g| head_tail(g, crate::state::GOAL_KEPT_CHARS));
         }
         if let Some(agent) = &env.agent_id {
             if state.last_agent.as_ref().is_some_and(|a| a != agent) {
@@ -780,6 +808,7 @@ impl Engine {
             .into_iter()
             .map(|event| AuditRecord {
                 ts: state.updated_ts,
+                client_ts: env.ts.map(|t| t.unix_timestamp()),
                 seq,
                 task_id: env.task_id.clone(),
                 agent_id: env.agent_id.clone(),
@@ -895,6 +924,7 @@ impl Engine {
         let note_for_memory = note.clone();
         let record = AuditRecord {
             ts: now,
+            client_ts: None,
             seq: next.next_seq.saturating_sub(1),
             task_id: task_id.to_string(),
             agent_id: None,
@@ -1076,9 +1106,25 @@ fn enter_step(state: &mut TaskState, env: &Envelope) -> Option<(String, u32)> {
         return None;
     }
     state.current_step = Some(entered.clone());
-    let n = state.step_entries.entry(entered.clone()).or_insert(0);
-    *n += 1;
-    Some((entered, *n))
+    let n = {
+        let n = state.step_entries.entry(entered.clone()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    if state.step_entries.len() > crate::state::MAX_STEPS_KEPT {
+        // Forget the step entered least often (never the current one): it is the furthest
+        // from its limit.
+        let least = state
+            .step_entries
+            .iter()
+            .filter(|(step, _)| **step != entered)
+            .min_by_key(|(_, count)| **count)
+            .map(|(step, _)| step.clone());
+        if let Some(step) = least {
+            state.step_entries.remove(&step);
+        }
+    }
+    Some((entered, n))
 }
 
 /// Is this a case the cheap signals cannot decide? Returns the question and the near miss.

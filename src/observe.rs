@@ -13,6 +13,12 @@ use crate::state::{
 };
 use crate::verdict::SignatureView;
 
+/// Resource ids kept per tool call (the first ones, sorted): a call that names more is
+/// compared on these.
+pub const MAX_IDS: usize = 64;
+/// Characters kept of an exception name or a location taken from a failure.
+pub const MAX_KEPT_NAME_CHARS: usize = 256;
+
 /// An event, observed.
 pub struct Observation {
     pub entry: Entry,
@@ -61,8 +67,9 @@ pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
                 sig: text_sig(&f.message, max),
                 error_type: s.error_type,
                 external,
-                exception: s.exception,
-                location: s.location,
+                // Both can be taken from a long message; the task state keeps them bounded.
+                exception: s.exception.map(|e| head_tail(&e, MAX_KEPT_NAME_CHARS)),
+                location: s.location.map(|l| head_tail(&l, MAX_KEPT_NAME_CHARS)),
                 context_hash: s.context_hash,
                 signature_hash: s.hash,
             }
@@ -74,6 +81,7 @@ pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
             // Identity of a call is the tool plus canonical args (seed 002), not its rendering.
             call.exact = key64(&canonical);
             call.ids = resource_ids(&readable);
+            call.ids.truncate(MAX_IDS);
             signature = Some(SignatureView {
                 error_type: None,
                 location: None,

@@ -33,8 +33,11 @@ pub fn pivot_directive(pivot_count: u32) -> String {
 /// One entry of a task's audit trail (seed 003's `strategy_pivots` table, and more).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditRecord {
-    /// Unix seconds.
+    /// Unix seconds, by the clock that decides ages (the server's, in the service).
     pub ts: i64,
+    /// The event's own `ts`, when it carried one: recorded, never used to decide anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ts: Option<i64>,
     pub seq: u64,
     pub task_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]

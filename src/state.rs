@@ -263,6 +263,12 @@ pub struct TaskState {
 
 /// Verdicts kept per task for inspection.
 pub const RECENT_VERDICTS: usize = 20;
+/// Distinct workflow steps whose entries are counted per task; past it, the step entered least
+/// often is forgotten, so a client inventing step names cannot grow a task without bound.
+/// Real workflows have a handful of steps (seed 004 has four).
+pub const MAX_STEPS_KEPT: usize = 64;
+/// Characters of a task's goal kept (the judge sees at most `judge.max_evidence_chars` of it).
+pub const GOAL_KEPT_CHARS: usize = 2000;
 /// Progress marks and metric observations kept per task.
 pub const HISTORY_KEPT: usize = 32;
 

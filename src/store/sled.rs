@@ -320,6 +320,7 @@ mod tests {
 
     fn record(root: &str, seq: u64) -> AuditRecord {
         AuditRecord {
+            client_ts: None,
             ts: 0,
             seq,
             task_id: root.to_string(),
