@@ -51,9 +51,18 @@ pub struct ServerConfig {
     pub max_cached_tasks: usize,
     pub max_body_bytes: usize,
     pub max_batch_events: usize,
-    pub max_text_bytes: usize,
+    // Counted in characters since the OpenAPI document states it as `maxLength`; the old name
+    // still loads.
+    #[serde(alias = "max_text_bytes")]
+    pub max_text_chars: usize,
+    pub max_name_chars: usize,
     pub max_json_depth: usize,
+    pub max_header_bytes: usize,
     pub request_timeout_ms: u64,
+    pub header_read_timeout_ms: u64,
+    pub idle_timeout_secs: u64,
+    pub max_connections: usize,
+    pub max_clock_skew_secs: u64,
     pub shutdown_grace_secs: u64,
     #[serde(deserialize_with = "empty_string_as_none")]
     pub auth_token: Option<String>,
@@ -84,6 +93,7 @@ pub struct ModelConfig {
     pub max_batch: usize,
     pub max_batch_tokens: usize,
     pub queue_capacity: usize,
+    pub queue_wait_target_ms: u64,
     pub cache_entries: usize,
 }
 
@@ -682,31 +692,100 @@ impl Config {
                 "max_body_bytes >= 1024, max_batch_events >= 1 and max_json_depth >= 2".into(),
             );
         }
+        // A task id is 1..256 characters by contract, so names and texts hold at least that.
+        if s.max_name_chars < 256 || s.max_text_chars < s.max_name_chars {
+            return bad(
+                "server",
+                format!(
+                    "need 256 <= max_name_chars <= max_text_chars, got {} and {}",
+                    s.max_name_chars, s.max_text_chars
+                ),
+            );
+        }
+        // hyper's smallest read buffer: a request head must fit in it.
+        if s.max_header_bytes < 8192 {
+            return bad(
+                "server.max_header_bytes",
+                format!("must be at least 8192, got {}", s.max_header_bytes),
+            );
+        }
+        if s.max_connections == 0 || s.header_read_timeout_ms == 0 || s.idle_timeout_secs == 0 {
+            return bad(
+                "server",
+                "max_connections, header_read_timeout_ms and idle_timeout_secs must be at least 1"
+                    .into(),
+            );
+        }
+        if self.model.queue_capacity == 0 || self.model.queue_wait_target_ms == 0 {
+            return bad(
+                "model",
+                "queue_capacity and queue_wait_target_ms must be at least 1".into(),
+            );
+        }
         if self.model.max_text_chars < 16 {
             return bad("model.max_text_chars", "must be at least 16".into());
         }
         Ok(())
     }
 
-    /// The effective configuration as TOML (for `loopguard config`; see [`Config::redacted`]
-    /// for logs).
+    /// The configuration as TOML, secrets included: print [`Config::redacted`] instead.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("a config serialises")
     }
 
-    /// The configuration with secrets replaced, for logs.
+    /// The configuration with secrets replaced, for logs and `loopguard config`: the auth token,
+    /// and credentials written into the judge's URL (`https://user:key@host/...`).
     pub fn redacted(&self) -> Config {
         let mut c = self.clone();
         if c.server.auth_token.is_some() {
-            c.server.auth_token = Some("<redacted>".into());
+            c.server.auth_token = Some(REDACTED.into());
         }
+        c.judge.url = redact_userinfo(&c.judge.url);
         c
+    }
+}
+
+/// What a secret is replaced with when the configuration is shown.
+pub const REDACTED: &str = "<redacted>";
+
+fn redact_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{REDACTED}@{}", &rest[at + 1..]),
+        None => url.to_string(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redacted_hides_the_token_and_url_credentials() {
+        let mut c = Config::default();
+        c.server.auth_token = Some("s3cret".into());
+        c.judge.url = "https://bob:k3y@judge.example/v1?x=@".into();
+        let shown = c.redacted().to_toml();
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("k3y"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("https://<redacted>@judge.example/v1?x=@"),
+            "{shown}"
+        );
+        assert_eq!(redact_userinfo("http://host:80/a@b"), "http://host:80/a@b");
+        assert_eq!(Config::default().redacted(), Config::default());
+    }
+
+    #[test]
+    fn the_old_text_limit_key_still_loads() {
+        let c = Config::from_toml_str("[server]\nmax_text_bytes = 1000\n").unwrap();
+        assert_eq!(c.server.max_text_chars, 1000);
+    }
 
     #[test]
     fn reference_config_parses_and_is_the_default() {

@@ -147,3 +147,16 @@ fn config_prints_the_effective_configuration() {
     let parsed: loopguard::Config = loopguard::Config::from_toml_str(&text).unwrap();
     assert_eq!(parsed.policy.gate_at, 7);
 }
+
+#[test]
+fn config_redacts_the_auth_token() {
+    let out = loopguard()
+        .arg("config")
+        .env("LOOPGUARD_SERVER__AUTH_TOKEN", "s3cret-token")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains("s3cret-token"), "{text}");
+    assert!(text.contains("auth_token = \"<redacted>\""), "{text}");
+}
