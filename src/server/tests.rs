@@ -335,16 +335,28 @@ async fn bearer_token_guards_the_api_but_not_liveness() {
     let (status, v) = post(&app, failure("t", "x")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(v["code"], "unauthorized");
-    let req = Request::builder()
-        .method("POST")
-        .uri("/v1/evaluate")
-        .header("authorization", "Bearer s3cret")
-        .body(Body::from(failure("t", "x").to_string()))
-        .unwrap();
-    assert_eq!(
-        app.clone().oneshot(req).await.unwrap().status(),
-        StatusCode::OK
-    );
+    // The scheme is case-insensitive (RFC 9110); the token is not.
+    for (header, want) in [
+        ("Bearer s3cret", StatusCode::OK),
+        ("bearer s3cret", StatusCode::OK),
+        ("BEARER  s3cret", StatusCode::OK),
+        ("Bearer S3CRET", StatusCode::UNAUTHORIZED),
+        ("Basic s3cret", StatusCode::UNAUTHORIZED),
+        ("s3cret", StatusCode::UNAUTHORIZED),
+    ] {
+        let req = Request::builder()
+            .method("POST")
+            .uri("/v1/evaluate")
+            .header("authorization", header)
+            .header("content-type", "application/json")
+            .body(Body::from(failure("t", "x").to_string()))
+            .unwrap();
+        assert_eq!(
+            app.clone().oneshot(req).await.unwrap().status(),
+            want,
+            "{header}"
+        );
+    }
     let (status, _, _) = send(&app, "GET", "/metrics", Body::empty()).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (status, _, _) = send(&app, "GET", "/livez", Body::empty()).await;
@@ -485,7 +497,7 @@ async fn a_full_queue_is_429_at_once_and_the_exact_path_never_waits() {
 #[test]
 fn the_committed_openapi_document_is_current() {
     let committed = std::fs::read_to_string("docs/openapi.json").unwrap_or_default();
-    let generated = openapi::document_json();
+    let generated = openapi::document_json(&Config::default());
     assert!(
         committed == generated,
         "docs/openapi.json is stale; regenerate it with `cargo run -- openapi > docs/openapi.json`"
