@@ -511,7 +511,10 @@ pub async fn similar_loops(
     }
     check_param("text", text, Class::Text, &Limits::of(&state.cfg.server))?;
     let k = q.number::<usize>("k", 1, 50)?;
-    let min = q.number::<f32>("min_similarity", -1.0, 1.0)?;
+    // Checked as f64: -1.0000000000000002 is out of range, though as an f32 it rounds to -1.
+    let min = q
+        .number::<f64>("min_similarity", -1.0, 1.0)?
+        .map(|m| m as f32);
     let Some(mem) = state.engine.memory() else {
         return Err(ApiError::not_found(
             "the loop memory is disabled ([memory] enabled = false)",

@@ -201,7 +201,27 @@ pub fn check(v: &Value, schema: &str, prefix: &str, limits: &Limits) -> Result<(
     check_fields(v, schema, prefix, limits)
 }
 
+/// serde reads a struct from an array too (`["success"]` as a reset, `"result": []` as an empty
+/// tool result): positional forms the documented contract does not have. Objects must be
+/// objects.
+fn require_object(v: &Value, at: &str) -> Result<(), ApiError> {
+    let got = match v {
+        Value::Object(_) => return Ok(()),
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        Value::Null => "null",
+    };
+    Err(ApiError::bad_request(
+        "invalid_event",
+        format!("expected a JSON object, got {got}"),
+    )
+    .at(if at.is_empty() { "." } else { at }))
+}
+
 fn check_fields(v: &Value, schema: &str, at: &str, limits: &Limits) -> Result<(), ApiError> {
+    require_object(v, at)?;
     let Some(object) = v.as_object() else {
         return Ok(());
     };
@@ -227,9 +247,15 @@ fn check_fields(v: &Value, schema: &str, at: &str, limits: &Limits) -> Result<()
             .at(under(at, field)));
         }
     }
+    if schema == "Envelope" {
+        if let Some(event) = object.get("event") {
+            require_object(event, &under(at, "event"))?;
+        }
+    }
     for (field, child) in children(schema, object) {
-        if let Some(value) = object.get(field) {
-            check_fields(value, child, &under(at, field), limits)?;
+        match object.get(field) {
+            None | Some(Value::Null) => {}
+            Some(value) => check_fields(value, child, &under(at, field), limits)?,
         }
     }
     Ok(())
@@ -331,6 +357,44 @@ mod tests {
         let v = json!({"task_id": "t", "event": {"type": "response", "text": big(1001)}});
         let err = check(&v, "Envelope", "[4]", &LIMITS).unwrap_err();
         assert_eq!(err.body.path.as_deref(), Some("[4].event.text"));
+    }
+
+    #[test]
+    fn objects_must_be_objects() {
+        let cases = [
+            (
+                json!(["t", null, null, null, null, null, {"type": "progress"}]),
+                "Envelope",
+                "[0]",
+                "[0]",
+            ),
+            (
+                json!({"task_id": "t", "event": ["progress"]}),
+                "Envelope",
+                "",
+                "event",
+            ),
+            (
+                json!({"task_id": "t", "event": {"type": "tool_call", "tool": "x", "result": []}}),
+                "Envelope",
+                "",
+                "event.result",
+            ),
+            (json!(["success"]), "ResetRequest", "", "."),
+        ];
+        for (v, schema, prefix, path) in cases {
+            let err = check(&v, schema, prefix, &LIMITS).unwrap_err();
+            assert_eq!(err.body.code, "invalid_event");
+            assert_eq!(err.body.path.as_deref(), Some(path), "{v}");
+            assert!(
+                err.body.message.contains("got an array"),
+                "{}",
+                err.body.message
+            );
+        }
+        let v =
+            json!({"task_id": "t", "event": {"type": "tool_call", "tool": "x", "result": null}});
+        assert!(check(&v, "Envelope", "", &LIMITS).is_ok());
     }
 
     #[test]
