@@ -12,7 +12,8 @@ ST_VERSION=4.32.5
 EXAMPLES=${SCHEMATHESIS_EXAMPLES:-100}
 # A fixed seed keeps CI reproducible; set another to explore.
 SEED=${SCHEMATHESIS_SEED:-20261124}
-TARGET=${CARGO_TARGET_DIR:-target}
+ROOT=$(pwd)
+TARGET=$(realpath "${CARGO_TARGET_DIR:-target}")
 VENV="$TARGET/schemathesis-venv"
 
 if ! "$VENV/bin/st" --version 2>/dev/null | grep -qF "$ST_VERSION"; then
@@ -53,9 +54,11 @@ run() {
     done
     curl -sf "$url/readyz" >/dev/null || { echo "schemathesis: the server never became ready"; cat "$WORK/$name.err"; exit 1; }
     echo "schemathesis ($name): $url/openapi.json, $EXAMPLES examples per operation, seed $SEED"
-    "$VENV/bin/st" --config-file .ci/schemathesis.toml run "$url/openapi.json" \
+    # From a scratch directory: schemathesis keeps an example database in its working directory,
+    # which would make a run depend on the ones before it.
+    (cd "$WORK" && "$VENV/bin/st" --config-file "$ROOT/.ci/schemathesis.toml" run "$url/openapi.json" \
         --checks all --max-examples "$EXAMPLES" --seed "$SEED" \
-        --output-truncate true --no-color ${headers[@]+"${headers[@]}"}
+        --output-truncate true --no-color ${headers[@]+"${headers[@]}"})
     stop_server
     if grep -qi "panicked" "$WORK/$name.err"; then
         echo "schemathesis ($name): the server panicked"

@@ -4,6 +4,14 @@
 //! [`run`] takes its listener and its shutdown future as arguments (so tests start a real server
 //! on port 0), serves until shutdown, lets in-flight requests finish within the grace period,
 //! stops the background sweeps and flushes the store.
+//!
+//! - [`route_table`]: every route; `routes`: the handlers.
+//! - `body`, `params`, `validate`: bodies (media type, size, strict JSON), path and query
+//!   parameters, and the limit of every field, each rejection named by its path.
+//! - `error`: one error body, `{code, message, path}`, for every 4xx and 5xx.
+//! - `conn`: accepting and serving connections: header and idle timeouts, the connection cap.
+//! - `openapi`: the document, completed from the running configuration.
+//! - `metrics`: Prometheus metrics.
 
 mod body;
 mod conn;
@@ -144,7 +152,7 @@ impl AppState {
 /// Every route: its path, whether it needs the bearer token, and its handlers. The router is
 /// built from this list, and a test checks every path and method in it against the OpenAPI
 /// document, so a route cannot be added without being documented (and fuzzed in CI).
-pub fn routes() -> Vec<(&'static str, bool, MethodRouter<Arc<AppState>>)> {
+pub fn route_table() -> Vec<(&'static str, bool, MethodRouter<Arc<AppState>>)> {
     vec![
         ("/v1/evaluate", true, post(routes::evaluate)),
         (
@@ -172,7 +180,7 @@ pub fn routes() -> Vec<(&'static str, bool, MethodRouter<Arc<AppState>>)> {
 pub fn router(state: Arc<AppState>) -> Router {
     let mut api = Router::new();
     let mut open = Router::new();
-    for (path, guarded, handlers) in routes() {
+    for (path, guarded, handlers) in route_table() {
         if guarded {
             api = api.route(path, handlers);
         } else {
@@ -332,10 +340,10 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
 }
 
 /// The metrics label of a request: its route template, or `other` for unknown paths. Labels
-/// stay bounded: only templates of [`routes`] are ever interned.
+/// stay bounded: only templates of [`route_table`] are ever interned.
 fn route_label(matched: Option<&str>) -> &'static str {
     static LABELS: OnceLock<Vec<&'static str>> = OnceLock::new();
-    let labels = LABELS.get_or_init(|| routes().into_iter().map(|(p, _, _)| p).collect());
+    let labels = LABELS.get_or_init(|| route_table().into_iter().map(|(p, _, _)| p).collect());
     matched
         .and_then(|m| labels.iter().find(|l| **l == m).copied())
         .unwrap_or("other")

@@ -398,6 +398,18 @@ mod tests {
     }
 
     #[test]
+    fn service_md_lists_every_bounded_field() {
+        let doc = std::fs::read_to_string("docs/SERVICE.md").unwrap();
+        for (schema, field, _) in FIELDS {
+            let name = format!("`{schema}.{field}`");
+            assert!(
+                doc.contains(&name),
+                "docs/SERVICE.md#limits does not list {name}"
+            );
+        }
+    }
+
+    #[test]
     fn every_event_type_has_a_schema() {
         for kind in [
             "failure",
