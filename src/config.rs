@@ -51,9 +51,8 @@ pub struct ServerConfig {
     pub max_cached_tasks: usize,
     pub max_body_bytes: usize,
     pub max_batch_events: usize,
-    // Counted in characters since the OpenAPI document states it as `maxLength`; the old name
-    // still loads.
-    #[serde(alias = "max_text_bytes")]
+    /// Counted in characters, as the OpenAPI document's `maxLength` is (formerly
+    /// `max_text_bytes`, which still loads).
     pub max_text_chars: usize,
     pub max_name_chars: usize,
     pub max_json_depth: usize,
@@ -439,6 +438,16 @@ fn reference_table() -> toml::Table {
         .expect("the reference config loopguard.toml is valid TOML")
 }
 
+/// Keys that were renamed keep working: a user's old name overrides the default under the new
+/// one.
+fn rename_old_keys(table: &mut toml::Table) {
+    if let Some(toml::Value::Table(server)) = table.get_mut("server") {
+        if let Some(v) = server.remove("max_text_bytes") {
+            server.insert("max_text_chars".into(), v);
+        }
+    }
+}
+
 /// Merge `over` into `base`: tables merge key by key, everything else replaces.
 fn merge(base: &mut toml::Table, over: toml::Table) {
     for (k, v) in over {
@@ -541,6 +550,7 @@ impl Config {
             let path: Vec<&str> = key.split('.').collect();
             set_path(&mut table, &path, parse_value(raw));
         }
+        rename_old_keys(&mut table);
         Config::from_table(table)
     }
 
@@ -783,8 +793,8 @@ mod tests {
 
     #[test]
     fn the_old_text_limit_key_still_loads() {
-        let c = Config::from_toml_str("[server]\nmax_text_bytes = 1000\n").unwrap();
-        assert_eq!(c.server.max_text_chars, 1000);
+        let c = Config::from_toml_str("[server]\nmax_text_bytes = 5000\n").unwrap();
+        assert_eq!(c.server.max_text_chars, 5000);
     }
 
     #[test]

@@ -220,7 +220,7 @@ mod tests {
         assert_eq!(err.kind, JsonErrorKind::DuplicateKey);
         assert_eq!(err.path, "task_id");
         assert_eq!(err.message, "duplicate key `task_id`");
-        assert_eq!((err.line, err.column), (1, 27));
+        assert_eq!((err.line, err.column), (1, 26));
 
         let text =
             r#"[{"task_id": "t", "event": {"type": "failure", "args": [{"x": 1, "x": 2}]}}]"#;
