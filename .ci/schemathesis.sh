@@ -34,6 +34,12 @@ stop_server() {
 }
 trap 'stop_server; rm -rf "$WORK"' EXIT
 
+# Is the server at $1 ready? (python3 rather than curl: CI has python3 for models/fetch.py.)
+ready() {
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+        "$1/readyz" 2>/dev/null
+}
+
 # run NAME [TOKEN]
 run() {
     local name=$1 token=${2:-}
@@ -48,11 +54,11 @@ run() {
     local url=""
     for _ in $(seq 1 600); do
         url=$(sed -n 's/^loopguard listening on //p' "$WORK/$name.out")
-        [ -n "$url" ] && curl -sf "$url/readyz" >/dev/null && break
+        [ -n "$url" ] && ready "$url" && break
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/$name.err"; exit 1; }
         sleep 0.1
     done
-    curl -sf "$url/readyz" >/dev/null || { echo "schemathesis: the server never became ready"; cat "$WORK/$name.err"; exit 1; }
+    ready "$url" || { echo "schemathesis: the server never became ready"; cat "$WORK/$name.err"; exit 1; }
     echo "schemathesis ($name): $url/openapi.json, $EXAMPLES examples per operation, seed $SEED"
     # From a scratch directory: schemathesis keeps an example database in its working directory,
     # which would make a run depend on the ones before it.
