@@ -13,8 +13,11 @@ use serde::{Deserialize, Serialize};
 /// One entry of a task's audit trail (the strategy-pivot table of the pivot design, and more).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditRecord {
-    /// Unix seconds.
+    /// Unix seconds, by the engine's clock.
     pub ts: i64,
+    /// The event's own `ts` as the client sent it (clamped by the service), for the record only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ts: Option<i64>,
     pub seq: u64,
     pub task_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -212,6 +215,7 @@ mod tests {
     fn record(event: AuditEvent) -> AuditRecord {
         AuditRecord {
             ts: 0,
+            client_ts: None,
             seq: 1,
             task_id: "t".into(),
             agent_id: None,

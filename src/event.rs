@@ -27,7 +27,9 @@ pub struct Envelope {
     /// first event that carries one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<String>,
-    /// Event time; the engine uses its own clock when absent.
+    /// When the event happened, by the client's clock. The service records it (`client_ts` in
+    /// the audit trail, clamped to within `server.max_clock_skew_secs` of its own time) and
+    /// decides every age by its own clock; `loopguard score` dates replayed events by it.
     #[serde(
         default,
         with = "time::serde::rfc3339::option",
@@ -159,6 +161,7 @@ pub struct Progress {
     pub tests_failed: Option<u64>,
     /// Percent, 0..100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 100)]
     pub coverage: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files_created: Option<u64>,
@@ -283,15 +286,14 @@ fn validate_task_id(path: &str, id: &str) -> Result<(), InputError> {
     Ok(())
 }
 
-fn validate(envelope: Envelope) -> Result<Envelope, InputError> {
+fn validate(mut envelope: Envelope) -> Result<Envelope, InputError> {
     validate_task_id("task_id", &envelope.task_id)?;
     if let Some(parent) = &envelope.parent_task_id {
         validate_task_id("parent_task_id", parent)?;
+        // A task naming itself as its parent has none: it is a root. (Accepted rather than
+        // refused: the OpenAPI schema cannot say that two fields differ, and nothing is lost.)
         if parent == &envelope.task_id {
-            return Err(InputError::new(
-                "parent_task_id",
-                "a task cannot be its own parent",
-            ));
+            envelope.parent_task_id = None;
         }
     }
     if let Event::Progress(p) = &envelope.event {

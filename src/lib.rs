@@ -6,6 +6,7 @@
 //! Events flow top to bottom; docs/ARCHITECTURE.md has the whole picture.
 //!
 //! - [`event`]: events in (the envelope and the seven event types), parsed with JSON paths in errors.
+//! - [`json`]: JSON text parsed strictly (a key named twice is an error, with its path).
 //! - [`signature`]: failure signatures, normalisation of volatile text, canonical JSON, test metrics.
 //! - [`embed`]: local embeddings; one thread owns the model, callers are batched, texts cached.
 //! - `detect`: identity matching (exact, normalised, semantic) and the detectors, one file each.
@@ -30,6 +31,7 @@ pub mod embed;
 pub mod engine;
 pub mod event;
 pub mod feedback;
+pub mod json;
 pub mod judge;
 pub mod loop_memory;
 

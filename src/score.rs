@@ -63,8 +63,10 @@ struct RawRun {
 
 /// Parse one line of `score` (or `calibrate runs`) input.
 pub fn parse_run(line: &str) -> Result<Run, InputError> {
-    let mut de = serde_json::Deserializer::from_str(line);
-    let raw: RawRun = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    // Strict: a run that names `id` or `events` twice means two different things.
+    let value = crate::json::from_str_strict(line)
+        .map_err(|e| InputError::new(e.path.clone(), e.to_string()))?;
+    let raw: RawRun = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         InputError::new(path, e.into_inner().to_string())
     })?;

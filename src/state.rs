@@ -309,6 +309,12 @@ pub struct TaskState {
 
 /// Verdicts kept per task for inspection.
 pub const RECENT_VERDICTS: usize = 20;
+/// Distinct workflow steps whose entries are counted per task; past it, the step entered least
+/// often is forgotten, so a client inventing step names cannot grow a task without bound.
+/// Real workflows have a handful of steps (seed 004 has four).
+pub const MAX_STEPS_KEPT: usize = 64;
+/// Characters of a task's goal kept (the judge sees at most `judge.max_evidence_chars` of it).
+pub const GOAL_KEPT_CHARS: usize = 2000;
 /// Progress marks and metric observations kept per task.
 pub const HISTORY_KEPT: usize = 32;
 
@@ -378,7 +384,7 @@ impl TaskState {
     /// The task's goal is the first one an event gives (the judge reads it).
     pub fn note_goal(&mut self, goal: Option<&str>) {
         if self.goal.is_none() {
-            self.goal = goal.map(str::to_string);
+            self.goal = goal.map(|g| crate::signature::head_tail(g, GOAL_KEPT_CHARS));
         }
     }
 
@@ -411,9 +417,25 @@ impl TaskState {
             None => step.filter(|s| self.current_step.as_deref() != Some(*s))?,
         };
         self.current_step = Some(entered.to_string());
-        let n = self.step_entries.entry(entered.to_string()).or_insert(0);
-        *n += 1;
-        Some((entered.to_string(), *n))
+        let n = {
+            let n = self.step_entries.entry(entered.to_string()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        if self.step_entries.len() > MAX_STEPS_KEPT {
+            // Forget the step entered least often (never the current one): it is the furthest
+            // from its limit.
+            let least = self
+                .step_entries
+                .iter()
+                .filter(|(step, _)| step.as_str() != entered)
+                .min_by_key(|(_, count)| **count)
+                .map(|(step, _)| step.clone());
+            if let Some(step) = least {
+                self.step_entries.remove(&step);
+            }
+        }
+        Some((entered.to_string(), n))
     }
 
     /// After detection, before policy: carry periodic runs on (a cycle is counted once per

@@ -269,3 +269,16 @@ fn score_html_leaves_nothing_behind_on_bad_input_and_names_an_unwritable_path() 
         "{err}"
     );
 }
+
+#[test]
+fn config_redacts_the_auth_token() {
+    let out = loopguard()
+        .arg("config")
+        .env("LOOPGUARD_SERVER__AUTH_TOKEN", "s3cret-token")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains("s3cret-token"), "{text}");
+    assert!(text.contains("auth_token = \"<redacted>\""), "{text}");
+}

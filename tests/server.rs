@@ -191,3 +191,203 @@ async fn openapi_and_operational_endpoints_answer() {
         .unwrap();
     assert!(metrics.contains("loopguard_model_ready 1"), "{metrics}");
 }
+
+/// `host:port` of a server, for raw sockets.
+fn addr(s: &Server) -> String {
+    s.base.trim_start_matches("http://").to_string()
+}
+
+/// Read until the peer closes (or `limit` passes); what was read and whether it closed.
+async fn read_until_closed(
+    sock: &mut tokio::net::TcpStream,
+    limit: std::time::Duration,
+) -> (Vec<u8>, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, sock.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (out, true),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return (out, false),
+        }
+    }
+}
+
+/// A raw request's answer: status and JSON body (connection: close).
+async fn raw(s: &Server, request: &[u8]) -> (u16, Value) {
+    use tokio::io::AsyncWriteExt;
+    let mut sock = tokio::net::TcpStream::connect(addr(s)).await.unwrap();
+    // The server may answer (and close) before it has read everything: ignore write errors.
+    let _ = sock.write_all(request).await;
+    let (bytes, closed) = read_until_closed(&mut sock, std::time::Duration::from_secs(10)).await;
+    assert!(closed, "the server closes after a protocol error");
+    let text = String::from_utf8_lossy(&bytes);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("{text}"));
+    let status = head[9..12].parse().unwrap();
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{head}"
+    );
+    (
+        status,
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}")),
+    )
+}
+
+#[tokio::test]
+async fn protocol_errors_hyper_answers_itself_have_the_json_error_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["--set", "server.max_header_bytes=100000"]);
+    let client = http_client();
+    s.ready(&client).await;
+    let big_header = format!(
+        "GET /livez HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+        "a".repeat(120_000)
+    );
+    let long_uri = format!(
+        "GET /v1/loops/similar?text={} HTTP/1.1\r\nhost: x\r\n\r\n",
+        "a".repeat(70_000)
+    );
+    for (request, status, code) in [
+        (big_header.into_bytes(), 431, "headers_too_large"),
+        (long_uri.into_bytes(), 414, "uri_too_long"),
+        (b"GARBAGE / HTTP/9\r\n\r\n".to_vec(), 400, "invalid_http"),
+    ] {
+        let (got, v) = raw(&s, &request).await;
+        assert_eq!((got, v["code"].as_str()), (status, Some(code)), "{v}");
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        assert!(v["path"].is_null(), "{v}");
+    }
+    // The server still serves.
+    let r = client.get(s.url("/livez")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// Slow headers, silent sockets and idle keep-alives are closed by the server, and while they
+/// are held (more of them than the connection cap) `/readyz` is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_are_closed_and_readyz_stays_answered() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        &[
+            "--set",
+            "server.header_read_timeout_ms=700",
+            "--set",
+            "server.idle_timeout_secs=1",
+            "--set",
+            "server.max_connections=8",
+        ],
+    );
+    let client = http_client();
+    s.ready(&client).await;
+    let connect = || tokio::net::TcpStream::connect(addr(&s));
+
+    let mut held = Vec::new();
+    // Silent: connected, nothing sent.
+    for _ in 0..6 {
+        held.push(("silent", connect().await.unwrap()));
+    }
+    // Idle keep-alives: one request answered, then nothing.
+    for _ in 0..4 {
+        let mut sock = connect().await.unwrap();
+        sock.write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.ends_with(b"ok") {
+            let n = sock.read(&mut buf).await.unwrap();
+            assert!(n > 0, "answered before closing");
+            got.extend_from_slice(&buf[..n]);
+        }
+        held.push(("keep-alive", sock));
+    }
+    // Half-sent headers.
+    for _ in 0..4 {
+        let mut sock = connect().await.unwrap();
+        sock.write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        held.push(("half-sent", sock));
+    }
+    // Slow headers: a byte every 100 ms, for ever, until the server closes the socket.
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        let mut sock = connect().await.unwrap();
+        slow.push(tokio::spawn(async move {
+            let started = Instant::now();
+            sock.write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\nx-slow: ")
+                .await
+                .unwrap();
+            let mut buf = [0u8; 64];
+            loop {
+                if sock.write_all(b"a").await.is_err() {
+                    return started.elapsed();
+                }
+                match tokio::time::timeout(Duration::from_millis(100), sock.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+                    _ => {}
+                }
+                if started.elapsed() > Duration::from_secs(30) {
+                    return started.elapsed();
+                }
+            }
+        }));
+    }
+
+    // 18 connections held against a cap of 8: readiness probes still get through, each on a
+    // new connection.
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        let r = fresh.get(s.url("/readyz")).send().await;
+        assert!(
+            r.as_ref().is_ok_and(|r| r.status() == 200),
+            "/readyz while connections are held: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    for h in slow {
+        let took = h.await.unwrap();
+        assert!(
+            took < Duration::from_secs(10),
+            "a slow header was held for {took:?}"
+        );
+    }
+    for (kind, mut sock) in held {
+        let (_, closed) = read_until_closed(&mut sock, Duration::from_secs(10)).await;
+        assert!(closed, "a {kind} connection was not closed");
+    }
+    let metrics = s
+        .get_text(&client, "/metrics")
+        .await
+        .lines()
+        .filter(|l| l.starts_with("loopguard_http_connections_closed_total"))
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    let count = |reason: &str| -> f64 {
+        metrics
+            .iter()
+            .find(|l| l.contains(&format!("reason=\"{reason}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(count("header_timeout") >= 4.0, "{metrics:?}");
+    assert!(
+        count("header_timeout") + count("idle_timeout") + count("evicted") >= 18.0,
+        "{metrics:?}"
+    );
+}

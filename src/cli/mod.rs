@@ -62,9 +62,11 @@ pub enum Command {
     /// service answers GET /v1/feedback/export while it runs).
     #[command(subcommand)]
     Feedback(loops::FeedbackCommand),
-    /// Print the service's OpenAPI document (the committed copy is docs/openapi.json).
+    /// Print the service's OpenAPI document for the effective configuration (its limits and
+    /// security); the copy for the defaults is committed as docs/openapi.json.
     Openapi,
-    /// Print the effective configuration (defaults < --config file < LOOPGUARD_* environment).
+    /// Print the effective configuration (defaults < --config file < LOOPGUARD_* environment),
+    /// with the auth token and any credentials in the judge's URL redacted.
     Config,
     /// Calibrate thresholds on labelled data: text pairs (per-kind ROC/PR, thresholds, lexical
     /// baselines) or recorded runs (a sweep of settings); writes a report, charts and a config
@@ -106,12 +108,11 @@ pub fn main() -> ExitCode {
         Command::Loops(cmd) => loops::run_loops(&cli, cmd),
         Command::Feedback(cmd) => loops::run_feedback(&cli, cmd),
         Command::Calibrate(args) => calibrate::run(&cli, args),
-        Command::Openapi => {
-            print!("{}", crate::server::openapi::document_json());
-            Ok(())
-        }
+        Command::Openapi => load_config(cli.config.as_deref(), &[])
+            .map(|c| print!("{}", crate::server::openapi::document_json(&c)))
+            .map_err(|e| e.to_string()),
         Command::Config => load_config(cli.config.as_deref(), &[])
-            .map(|c| print!("{}", c.to_toml()))
+            .map(|c| print!("{}", c.redacted().to_toml()))
             .map_err(|e| e.to_string()),
     };
     match result {

@@ -15,6 +15,16 @@ fn reference_table() -> toml::Table {
         .expect("the reference config loopguard.toml is valid TOML")
 }
 
+/// Keys that were renamed keep working: a user's old name overrides the default under the new
+/// one.
+fn rename_old_keys(table: &mut toml::Table) {
+    if let Some(toml::Value::Table(server)) = table.get_mut("server") {
+        if let Some(v) = server.remove("max_text_bytes") {
+            server.insert("max_text_chars".into(), v);
+        }
+    }
+}
+
 /// Merge `over` into `base`: tables merge key by key, everything else replaces.
 fn merge(base: &mut toml::Table, over: toml::Table) {
     for (k, v) in over {
@@ -117,6 +127,7 @@ impl Config {
             let path: Vec<&str> = key.split('.').collect();
             set_path(&mut table, &path, parse_value(raw));
         }
+        rename_old_keys(&mut table);
         Config::from_table(table)
     }
 
@@ -268,24 +279,69 @@ impl Config {
                 "max_body_bytes >= 1024, max_batch_events >= 1 and max_json_depth >= 2".into(),
             );
         }
+        // A task id is 1..256 characters by contract, so names and texts hold at least that.
+        if s.max_name_chars < 256 || s.max_text_chars < s.max_name_chars {
+            return bad(
+                "server",
+                format!(
+                    "need 256 <= max_name_chars <= max_text_chars, got {} and {}",
+                    s.max_name_chars, s.max_text_chars
+                ),
+            );
+        }
+        // hyper's smallest read buffer: a request head must fit in it.
+        if s.max_header_bytes < 8192 {
+            return bad(
+                "server.max_header_bytes",
+                format!("must be at least 8192, got {}", s.max_header_bytes),
+            );
+        }
+        if s.max_connections == 0 || s.header_read_timeout_ms == 0 || s.idle_timeout_secs == 0 {
+            return bad(
+                "server",
+                "max_connections, header_read_timeout_ms and idle_timeout_secs must be at least 1"
+                    .into(),
+            );
+        }
+        if self.model.queue_capacity == 0 || self.model.queue_wait_target_ms == 0 {
+            return bad(
+                "model",
+                "queue_capacity and queue_wait_target_ms must be at least 1".into(),
+            );
+        }
         if self.model.max_text_chars < 16 {
             return bad("model.max_text_chars", "must be at least 16".into());
         }
         Ok(())
     }
 
-    /// The effective configuration as TOML (for `loopguard config`; see [`Config::redacted`]
-    /// for logs).
+    /// The configuration as TOML, secrets included: print [`Config::redacted`] instead.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("a config serialises")
     }
 
-    /// The configuration with secrets replaced, for logs.
+    /// The configuration with secrets replaced, for logs and `loopguard config`: the auth token,
+    /// and credentials written into the judge's URL (`https://user:key@host/...`).
     pub fn redacted(&self) -> Config {
         let mut c = self.clone();
         if c.server.auth_token.is_some() {
-            c.server.auth_token = Some("<redacted>".into());
+            c.server.auth_token = Some(REDACTED.into());
         }
+        c.judge.url = redact_userinfo(&c.judge.url);
         c
+    }
+}
+
+/// What a secret is replaced with when the configuration is shown.
+pub const REDACTED: &str = "<redacted>";
+
+pub(super) fn redact_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{REDACTED}@{}", &rest[at + 1..]),
+        None => url.to_string(),
     }
 }

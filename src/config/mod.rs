@@ -5,6 +5,7 @@
 //! the merged document is deserialised once, strictly: unknown keys are rejected with their path.
 
 mod load;
+pub use load::REDACTED;
 
 use crate::signature::ErrorType;
 use crate::verdict::{ActionType, EscalationTarget, LoopKind};
@@ -53,9 +54,17 @@ pub struct ServerConfig {
     pub max_cached_tasks: usize,
     pub max_body_bytes: usize,
     pub max_batch_events: usize,
-    pub max_text_bytes: usize,
+    /// Counted in characters, as the OpenAPI document's `maxLength` is (formerly
+    /// `max_text_bytes`, which still loads).
+    pub max_text_chars: usize,
+    pub max_name_chars: usize,
     pub max_json_depth: usize,
+    pub max_header_bytes: usize,
     pub request_timeout_ms: u64,
+    pub header_read_timeout_ms: u64,
+    pub idle_timeout_secs: u64,
+    pub max_connections: usize,
+    pub max_clock_skew_secs: u64,
     pub shutdown_grace_secs: u64,
     #[serde(deserialize_with = "empty_string_as_none")]
     pub auth_token: Option<String>,
@@ -88,6 +97,7 @@ pub struct ModelConfig {
     pub max_batch: usize,
     pub max_batch_tokens: usize,
     pub queue_capacity: usize,
+    pub queue_wait_target_ms: u64,
     pub cache_entries: usize,
 }
 

@@ -1,4 +1,29 @@
+use super::load::redact_userinfo;
 use super::*;
+
+#[test]
+fn redacted_hides_the_token_and_url_credentials() {
+    let mut c = Config::default();
+    c.server.auth_token = Some("s3cret".into());
+    c.judge.url = "https://bob:k3y@judge.example/v1?x=@".into();
+    let shown = c.redacted().to_toml();
+    assert!(
+        !shown.contains("s3cret") && !shown.contains("k3y"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("https://<redacted>@judge.example/v1?x=@"),
+        "{shown}"
+    );
+    assert_eq!(redact_userinfo("http://host:80/a@b"), "http://host:80/a@b");
+    assert_eq!(Config::default().redacted(), Config::default());
+}
+
+#[test]
+fn the_old_text_limit_key_still_loads() {
+    let c = Config::from_toml_str("[server]\nmax_text_bytes = 5000\n").unwrap();
+    assert_eq!(c.server.max_text_chars, 5000);
+}
 
 #[test]
 fn reference_config_parses_and_is_the_default() {

@@ -44,8 +44,10 @@ pub enum EmbedError {
     RuntimeLoad { path: String, message: String },
     #[error("embedding model error: {0}")]
     Model(String),
-    #[error("the embedding queue is full")]
-    Overloaded,
+    /// The model is too busy to take more work now: the queue is full, or the texts queued
+    /// ahead would take longer than the wait target to embed. Retry shortly.
+    #[error("the embedding model is overloaded: {0}")]
+    Overloaded(String),
     #[error("the embedding model is not available: {0}")]
     Unavailable(String),
 }
@@ -99,6 +101,13 @@ struct Inner {
     busy: std::sync::atomic::AtomicBool,
     /// Jobs waiting for the model thread.
     queued: AtomicU64,
+    /// Texts in the jobs waiting, and in the model call running: the work ahead of a new job.
+    queued_texts: AtomicU64,
+    running_texts: AtomicU64,
+    /// Recent model time per text, in nanoseconds (a moving average over model calls).
+    nanos_per_text: AtomicU64,
+    /// Refuse a job whose estimated wait is longer than this.
+    wait_target: Option<Duration>,
     failure: OnceLock<EmbedError>,
     description: OnceLock<String>,
 }
@@ -119,6 +128,10 @@ pub struct EmbedderOptions {
     pub max_batch_tokens: usize,
     /// Jobs waiting for the model thread before callers get [`EmbedError::Overloaded`].
     pub queue_capacity: usize,
+    /// A job whose texts would wait longer than this behind the work already queued (estimated
+    /// from the model's recent time per text) is refused with [`EmbedError::Overloaded`] at
+    /// once, rather than answered late. `None`: only `queue_capacity` bounds the queue.
+    pub queue_wait_target: Option<Duration>,
     /// Embeddings kept in the LRU cache.
     pub cache_entries: usize,
     /// Told about every model call.
@@ -131,6 +144,7 @@ impl Default for EmbedderOptions {
             max_batch: 64,
             max_batch_tokens: 8192,
             queue_capacity: 1024,
+            queue_wait_target: None,
             cache_entries: 20_000,
             on_batch: None,
         }
@@ -143,6 +157,7 @@ impl From<&ModelConfig> for EmbedderOptions {
             max_batch: c.max_batch.max(1),
             max_batch_tokens: c.max_batch_tokens.max(1),
             queue_capacity: c.queue_capacity.max(1),
+            queue_wait_target: Some(Duration::from_millis(c.queue_wait_target_ms.max(1))),
             cache_entries: c.cache_entries.max(1),
             on_batch: None,
         }
@@ -166,6 +181,10 @@ impl Embedder {
             state: AtomicU8::new(LOADING),
             busy: std::sync::atomic::AtomicBool::new(false),
             queued: AtomicU64::new(0),
+            queued_texts: AtomicU64::new(0),
+            running_texts: AtomicU64::new(0),
+            nanos_per_text: AtomicU64::new(0),
+            wait_target: opts.queue_wait_target,
             failure: OnceLock::new(),
             description: OnceLock::new(),
         });
@@ -324,6 +343,33 @@ impl Embedder {
         Ok(())
     }
 
+    /// How long a job queued now would wait before the model starts on it: the texts queued
+    /// and running, at the model's recent time per text. Zero before the model was timed.
+    pub fn estimated_wait(&self) -> Duration {
+        let ahead = self.inner.queued_texts.load(Ordering::Acquire)
+            + self.inner.running_texts.load(Ordering::Acquire);
+        let per_text = self.inner.nanos_per_text.load(Ordering::Acquire);
+        Duration::from_nanos(ahead.saturating_mul(per_text))
+    }
+
+    /// Admission control: refuse at once what would wait longer than the target. A caller
+    /// that would be answered late is better told now, while it can still back off or retry
+    /// elsewhere, than after its own deadline.
+    fn admit(&self) -> Result<(), EmbedError> {
+        let Some(target) = self.inner.wait_target else {
+            return Ok(());
+        };
+        let wait = self.estimated_wait();
+        if wait > target {
+            return Err(EmbedError::Overloaded(format!(
+                "the texts queued ahead would take about {} ms to embed, over the {} ms target (model.queue_wait_target_ms)",
+                wait.as_millis(),
+                target.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
     /// Embed texts (already prepared: normalised, trimmed to length). Cache hits cost no model time.
     pub async fn embed(&self, texts: &[String]) -> Result<Vec<Vector>, EmbedError> {
         let (found, misses) = self.split_misses(texts);
@@ -331,8 +377,11 @@ impl Embedder {
             return Ok(found.into_iter().map(|v| v.expect("all hits")).collect());
         }
         self.check_failed()?;
+        self.admit()?;
         let (reply, rx) = oneshot::channel();
+        let n = misses.len() as u64;
         self.inner.queued.fetch_add(1, Ordering::AcqRel);
+        self.inner.queued_texts.fetch_add(n, Ordering::AcqRel);
         self.inner
             .tx
             .try_send(Job {
@@ -341,8 +390,12 @@ impl Embedder {
             })
             .map_err(|e| {
                 self.inner.queued.fetch_sub(1, Ordering::AcqRel);
+                self.inner.queued_texts.fetch_sub(n, Ordering::AcqRel);
                 match e {
-                    mpsc::error::TrySendError::Full(_) => EmbedError::Overloaded,
+                    mpsc::error::TrySendError::Full(_) => EmbedError::Overloaded(format!(
+                        "{} jobs are queued (model.queue_capacity)",
+                        self.inner.queued.load(Ordering::Acquire)
+                    )),
                     mpsc::error::TrySendError::Closed(_) => self.failure(),
                 }
             })?;
@@ -359,7 +412,9 @@ impl Embedder {
         }
         self.check_failed()?;
         let (reply, rx) = oneshot::channel();
+        let n = misses.len() as u64;
         self.inner.queued.fetch_add(1, Ordering::AcqRel);
+        self.inner.queued_texts.fetch_add(n, Ordering::AcqRel);
         self.inner
             .tx
             .blocking_send(Job {
@@ -368,6 +423,7 @@ impl Embedder {
             })
             .map_err(|_| {
                 self.inner.queued.fetch_sub(1, Ordering::AcqRel);
+                self.inner.queued_texts.fetch_sub(n, Ordering::AcqRel);
                 self.failure()
             })?;
         let got = rx.blocking_recv().map_err(|_| self.failure())??;
@@ -477,6 +533,69 @@ mod tests {
             assert!(matches!(err, EmbedError::RuntimeMissing(_)), "{err}");
             assert!(err.to_string().contains(FETCH_COMMAND));
         }
+    }
+
+    /// 20 ms per text, one text per call: a queue's wait is easy to predict.
+    struct PerText;
+    impl EmbedBackend for PerText {
+        fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            std::thread::sleep(Duration::from_millis(20) * texts.len() as u32);
+            Ok(texts.iter().map(|t| StubBackend::vector(t)).collect())
+        }
+        fn describe(&self) -> String {
+            "20 ms per text".into()
+        }
+    }
+
+    #[test]
+    fn work_that_would_wait_past_the_target_is_refused_at_once() {
+        let e = Embedder::start(
+            || Ok(Box::new(PerText) as Box<dyn EmbedBackend>),
+            EmbedderOptions {
+                max_batch: 1,
+                queue_wait_target: Some(Duration::from_millis(100)),
+                ..EmbedderOptions::default()
+            },
+        );
+        e.wait_ready().unwrap();
+        assert_eq!(e.estimated_wait(), Duration::ZERO, "nothing queued");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let (ok, refused) = rt.block_on(async {
+            let mut handles = Vec::new();
+            for i in 0..30 {
+                let e = e.clone();
+                handles.push(tokio::spawn(async move {
+                    let started = Instant::now();
+                    let r = e.embed(&[format!("text {i}")]).await;
+                    (r, started.elapsed())
+                }));
+            }
+            let (mut ok, mut refused) = (0, 0);
+            for h in handles {
+                match h.await.unwrap() {
+                    (Ok(_), _) => ok += 1,
+                    (Err(EmbedError::Overloaded(why)), took) => {
+                        assert!(why.contains("model.queue_wait_target_ms"), "{why}");
+                        assert!(
+                            took < Duration::from_millis(20),
+                            "refused at once: {took:?}"
+                        );
+                        refused += 1;
+                    }
+                    (Err(other), _) => panic!("{other}"),
+                }
+            }
+            (ok, refused)
+        });
+        // 100 ms at 20 ms a text: about five texts ahead are admitted, the rest refused.
+        assert!(
+            (3..=10).contains(&ok) && ok + refused == 30,
+            "{ok} admitted, {refused} refused"
+        );
     }
 
     #[test]

@@ -18,7 +18,12 @@ pub(super) fn run<F>(
     // a panic while loading becomes a load error, never a crashed process.
     let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut backend = load()?;
+        let started = Instant::now();
         backend.embed_batch(&["warm up the model"])?;
+        // The first estimate of the model's speed, until real calls are timed.
+        inner
+            .nanos_per_text
+            .store(started.elapsed().as_nanos() as u64, Ordering::Release);
         Ok::<_, EmbedError>(backend)
     }))
     .unwrap_or_else(|panic| {
@@ -51,23 +56,28 @@ pub(super) fn run<F>(
 
     while let Some(first) = rx.blocking_recv() {
         inner.busy.store(true, Ordering::Release);
-        inner.queued.fetch_sub(1, Ordering::AcqRel);
         let mut jobs = vec![first];
         let mut queued = jobs[0].texts.len();
         // Take whatever else is waiting right now; never wait for more.
         while queued < max_batch {
             match rx.try_recv() {
                 Ok(job) => {
-                    inner.queued.fetch_sub(1, Ordering::AcqRel);
                     queued += job.texts.len();
                     jobs.push(job);
                 }
                 Err(_) => break,
             }
         }
+        // Moved from queued to running in one step each, so an estimate never misses them.
+        inner.running_texts.store(queued as u64, Ordering::Release);
+        inner.queued.fetch_sub(jobs.len() as u64, Ordering::AcqRel);
+        inner
+            .queued_texts
+            .fetch_sub(queued as u64, Ordering::AcqRel);
         // A caller that went away (timeout, closed connection) costs nothing.
         jobs.retain(|j| !j.reply.is_closed());
         if jobs.is_empty() {
+            inner.running_texts.store(0, Ordering::Release);
             inner.busy.store(false, Ordering::Release);
             continue;
         }
@@ -97,6 +107,7 @@ pub(super) fn run<F>(
             };
             let _ = job.reply.send(answer);
         }
+        inner.running_texts.store(0, Ordering::Release);
         inner.busy.store(false, Ordering::Release);
     }
 }
@@ -131,6 +142,16 @@ fn run_jobs(
         let vectors = backend.embed_batch(chunk)?;
         let took = started.elapsed();
         inner.stats.record_batch(chunk.len(), took);
+        // A moving average over calls (weight 1/4 for the newest): recent enough to follow a
+        // change of load, smooth enough that one long text does not close the door.
+        let per_text = took.as_nanos() as u64 / chunk.len().max(1) as u64;
+        let old = inner.nanos_per_text.load(Ordering::Acquire);
+        let new = if old == 0 {
+            per_text
+        } else {
+            (old * 3 + per_text) / 4
+        };
+        inner.nanos_per_text.store(new, Ordering::Release);
         if let Some(observe) = observer {
             observe(chunk.len(), took);
         }

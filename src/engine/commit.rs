@@ -81,6 +81,7 @@ pub(super) fn finish(
         .into_iter()
         .map(|event| AuditRecord {
             ts: state.updated_ts,
+            client_ts: env.ts.map(|t| t.unix_timestamp()),
             seq,
             task_id: env.task_id.clone(),
             agent_id: env.agent_id.clone(),

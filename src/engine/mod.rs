@@ -132,6 +132,20 @@ impl Pass {
     }
 }
 
+/// Whose clock dates an event: the time that idle-task expiry, the gap rule
+/// (`detect.max_gap_secs`) and a task's created/updated times are measured by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Clock {
+    /// The event's own `ts` when it has one, else the engine's clock: replaying recorded runs
+    /// (`loopguard score`), where the events happened long before they are scored.
+    #[default]
+    Event,
+    /// Always the engine's clock; an event's `ts` is only recorded (`client_ts` in the audit
+    /// trail). The service runs so: a client must not erase its own loop history with a `ts`
+    /// two days old, nor keep a task forever with one in the year 2999.
+    Server,
+}
+
 /// The detection engine. Cheap to share (`Arc<Engine>`); one per service or per scored run.
 pub struct Engine {
     cfg: Arc<Config>,
@@ -143,6 +157,7 @@ pub struct Engine {
     audit_metrics: Option<Arc<dyn AuditMetrics>>,
     background: Arc<recall::Background>,
     tasks: tasks::Tasks,
+    clock: Clock,
 }
 
 pub(crate) fn now_unix() -> i64 {
@@ -166,7 +181,14 @@ impl Engine {
             audit_metrics: None,
             background: Arc::new(recall::Background::default()),
             tasks: tasks::Tasks::default(),
+            clock: Clock::default(),
         }
+    }
+
+    /// Date events by `clock` (see [`Clock`]; the default trusts the event's `ts`).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Ask this judge about ambiguous cases (without one, `judge.fallback` decides).
@@ -228,7 +250,10 @@ impl Engine {
         let (root, link) = self.tasks.resolve(&*self.store, &env).await?;
         let lock = self.tasks.lock(&root);
         let mut guard = lock.lock_owned().await;
-        let ts = env.ts.map(|t| t.unix_timestamp()).unwrap_or_else(now_unix);
+        let ts = match (self.clock, env.ts) {
+            (Clock::Event, Some(t)) => t.unix_timestamp(),
+            _ => now_unix(),
+        };
         let opened = self.store.begin(&root, guard.take()).await?;
         let current = opened.state.unwrap_or_else(|| TaskState::new(&root, ts));
         let mut next = current.clone();

@@ -16,6 +16,12 @@ use crate::state::{
 };
 use crate::verdict::SignatureView;
 
+/// Resource ids kept per tool call (the first ones, sorted): a call that names more is
+/// compared on these.
+pub const MAX_IDS: usize = 64;
+/// Characters kept of an exception name or a location taken from a failure.
+pub const MAX_KEPT_NAME_CHARS: usize = 256;
+
 /// An event, observed.
 pub struct Observation {
     pub entry: Entry,
@@ -86,6 +92,7 @@ pub fn compared_text(channel: Channel, part: Part, text: &str, max_chars: usize)
     let mut sig = text_sig(text, max_chars);
     if channel == Channel::ToolCall && part == Part::Main {
         sig.ids = resource_ids(text);
+        sig.ids.truncate(MAX_IDS);
     }
     sig
 }
@@ -113,8 +120,9 @@ pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
                 sig: text_sig(&f.message, max),
                 error_type: s.error_type,
                 external,
-                exception: s.exception,
-                location: s.location,
+                // Both can be taken from a long message; the task state keeps them bounded.
+                exception: s.exception.map(|e| head_tail(&e, MAX_KEPT_NAME_CHARS)),
+                location: s.location.map(|l| head_tail(&l, MAX_KEPT_NAME_CHARS)),
                 context_hash: s.context_hash,
                 signature_hash: s.hash,
             }

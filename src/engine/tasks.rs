@@ -153,6 +153,7 @@ impl Engine {
         let now = now_unix();
         let record = AuditRecord {
             ts: now,
+            client_ts: None,
             seq: next.next_seq.saturating_sub(1),
             task_id: task_id.to_string(),
             agent_id: None,

@@ -9,18 +9,41 @@ use loopguard::event::InputError;
 use loopguard::store::StoreError;
 use serde::Serialize;
 
-/// The body of every 4xx/5xx answer.
+/// The body of every 4xx/5xx answer, whoever produced it: a handler, routing (404, 405), the
+/// connection layer (400, 414, 431), or a rejection this module did not foresee.
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// Stable machine-readable code: `invalid_json`, `invalid_utf8`, `invalid_event`,
-    /// `invalid_query`, `body_too_large`, `too_many_events`, `field_too_large`, `too_deep`, `not_found`,
-    /// `unauthorized`, `conflict`, `overloaded`, `timeout`, `model_unavailable`, `storage_error`,
-    /// `internal`.
+    /// `invalid_parameter`, `invalid_http`, `body_too_large`, `too_many_events`,
+    /// `field_too_large`, `too_deep`, `uri_too_long`, `headers_too_large`,
+    /// `unsupported_media_type`, `not_found`, `method_not_allowed`, `unauthorized`, `conflict`,
+    /// `overloaded`, `timeout`, `model_unavailable`, `storage_error`, `internal`.
     pub code: &'static str,
     pub message: String,
-    /// JSON path of the problem (`event.message`, `[3].task_id`), when there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Where the problem is: the JSON path in the body (`event.message`, `[3].task_id`), or the
+    /// name of a path or query parameter (`task_id`, `limit`); `null` when it is the request as
+    /// a whole.
     pub path: Option<String>,
+}
+
+/// The code for a status when nothing more specific is known (a rejection produced outside our
+/// handlers).
+pub fn code_for_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "invalid_http",
+        401 => "unauthorized",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        408 | 503 | 504 => "timeout",
+        409 => "conflict",
+        413 => "body_too_large",
+        414 => "uri_too_long",
+        415 => "unsupported_media_type",
+        429 => "overloaded",
+        431 => "headers_too_large",
+        s if s < 500 => "invalid_http",
+        _ => "internal",
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -88,11 +111,11 @@ impl From<EngineError> for ApiError {
 impl From<EmbedError> for ApiError {
     fn from(e: EmbedError) -> Self {
         match e {
-            EmbedError::Overloaded => {
+            EmbedError::Overloaded(why) => {
                 let mut err = ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     "overloaded",
-                    "the embedding queue is full; retry shortly",
+                    format!("the embedding model is overloaded: {why}; retry shortly"),
                 );
                 err.retry_after_secs = Some(1);
                 err

@@ -10,7 +10,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::Ordering::Relaxed;
@@ -72,6 +72,14 @@ pub struct Metrics {
     pub similar_loops: Counter,
     /// The last minute and the totals as `GET /v1/stats` shows them.
     pub live: super::live::Live,
+    pub connections_open: Gauge,
+    pub connections_closed: Family<CloseLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloseLabels {
+    /// `idle_timeout`, `header_timeout` or `evicted` (closed to make room at the cap).
+    pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -202,8 +210,22 @@ impl Metrics {
             "Time per judge consultation, retries included",
             judge_seconds.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "http_connections",
+            "Open HTTP connections",
+            connections_open.clone(),
+        );
+        let connections_closed = Family::<CloseLabels, Counter>::default();
+        registry.register(
+            "http_connections_closed",
+            "Connections the server closed: idle, headers too slow, or evicted at the connection cap",
+            connections_closed.clone(),
+        );
         Metrics {
             registry,
+            connections_open,
+            connections_closed,
             requests,
             request_seconds,
             phase_seconds,

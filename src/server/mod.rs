@@ -4,23 +4,34 @@
 //! [`run`] takes its listener and its shutdown future as arguments (so tests start a real server
 //! on port 0), serves until shutdown, lets in-flight requests finish within the grace period,
 //! stops the background sweeps and flushes the store.
+//!
+//! - [`route_table`]: every route; `routes`: the handlers.
+//! - `body`, `params`, `validate`: bodies (media type, size, strict JSON), path and query
+//!   parameters, and the limit of every field, each rejection named by its path.
+//! - `error`: one error body, `{code, message, path}`, for every 4xx and 5xx.
+//! - `conn`: accepting and serving connections: header and idle timeouts, the connection cap.
+//! - `openapi`: the document, completed from the running configuration.
+//! - `metrics`: Prometheus metrics.
 
+mod body;
+mod conn;
 mod dashboard;
 mod error;
 mod live;
 mod metrics;
 pub mod openapi;
 mod overview;
+mod params;
 mod routes;
 mod validate;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
-use error::ApiError;
+use error::{ApiError, ErrorBody};
 use loopguard::feedback::FeedbackStore;
 use loopguard::loop_memory::LoopMemory;
 use loopguard::store::sled::SledStore;
@@ -117,9 +128,12 @@ impl AppState {
             feedback,
         } = parts;
         let mut m = Metrics::new();
+        // The service dates events by its own clock: expiry and the gap rule must not be
+        // decided by what a client writes in `ts`.
         let mut engine = Engine::with_store(Arc::clone(&cfg), embedder.clone(), Arc::clone(&store))
             .with_feedback(feedback)
-            .with_audit_metrics(Arc::new(m.audit_counters()));
+            .with_audit_metrics(Arc::new(m.audit_counters()))
+            .with_clock(loopguard::engine::Clock::Server);
         if let Some(j) = judge {
             engine = engine.with_judge(j);
         }
@@ -139,83 +153,63 @@ impl AppState {
     }
 }
 
-/// Route templates: the router is built from these, and request metrics are labelled with them
-/// (a bounded label set: anything else is `other`).
-pub mod paths {
-    pub const EVALUATE: &str = "/v1/evaluate";
-    pub const TASKS: &str = "/v1/tasks";
-    pub const LOOPS: &str = "/v1/loops";
-    pub const STATS: &str = "/v1/stats";
-    pub const TASK: &str = "/v1/tasks/{task_id}";
-    pub const TASK_HISTORY: &str = "/v1/tasks/{task_id}/history";
-    pub const TASK_RESET: &str = "/v1/tasks/{task_id}/reset";
-    pub const SIMILAR_LOOPS: &str = "/v1/loops/similar";
-    pub const FEEDBACK: &str = "/v1/feedback";
-    pub const FEEDBACK_EXPORT: &str = "/v1/feedback/export";
-    pub const METRICS: &str = "/metrics";
-    pub const LIVEZ: &str = "/livez";
-    pub const READYZ: &str = "/readyz";
-    pub const OPENAPI: &str = "/openapi.json";
+/// The dashboard page and its assets: not API routes (not in the OpenAPI document), one
+/// metrics label for all of them.
+const DASHBOARD_PATHS: [&str; 4] = [
+    "/",
+    "/dashboard/app.js",
+    "/dashboard/style.css",
+    "/dashboard/icon.svg",
+];
 
-    /// The dashboard page and its assets, one label for all.
-    pub const DASHBOARD: [&str; 4] = [
-        "/",
-        "/dashboard/app.js",
-        "/dashboard/style.css",
-        "/dashboard/icon.svg",
-    ];
-
-    pub const ALL: [&str; 14] = [
-        EVALUATE,
-        TASKS,
-        LOOPS,
-        STATS,
-        TASK,
-        TASK_HISTORY,
-        TASK_RESET,
-        SIMILAR_LOOPS,
-        FEEDBACK,
-        FEEDBACK_EXPORT,
-        METRICS,
-        LIVEZ,
-        READYZ,
-        OPENAPI,
-    ];
-
-    /// The metrics label of a matched route template.
-    pub fn label(matched: Option<&str>) -> &'static str {
-        match matched {
-            Some(m) if DASHBOARD.contains(&m) => "dashboard",
-            Some(m) => ALL.into_iter().find(|p| *p == m).unwrap_or("other"),
-            None => "other",
-        }
-    }
+/// Every route: its path, whether it needs the bearer token, and its handlers. The router is
+/// built from this list, and a test checks every path and method in it against the OpenAPI
+/// document, so a route cannot be added without being documented (and fuzzed in CI).
+pub fn route_table() -> Vec<(&'static str, bool, MethodRouter<Arc<AppState>>)> {
+    vec![
+        ("/v1/evaluate", true, post(routes::evaluate)),
+        ("/v1/tasks", true, get(overview::list_tasks)),
+        (
+            "/v1/tasks/{task_id}",
+            true,
+            get(routes::get_task).delete(routes::delete_task),
+        ),
+        (
+            "/v1/tasks/{task_id}/history",
+            true,
+            get(routes::get_history),
+        ),
+        ("/v1/tasks/{task_id}/reset", true, post(routes::reset_task)),
+        ("/v1/loops", true, get(overview::recent_loops)),
+        ("/v1/loops/similar", true, get(routes::similar_loops)),
+        ("/v1/stats", true, get(overview::stats)),
+        ("/v1/feedback", true, post(routes::feedback)),
+        ("/v1/feedback/export", true, get(routes::export_feedback)),
+        ("/metrics", true, get(routes::metrics)),
+        ("/livez", false, get(routes::livez)),
+        ("/readyz", false, get(routes::readyz)),
+        ("/openapi.json", false, get(routes::openapi)),
+    ]
 }
 
-/// The routes, with authentication, timeouts and request metrics.
+/// The routes, with authentication, timeouts, request metrics and one error body shape.
 pub fn router(state: Arc<AppState>) -> Router {
-    let api = Router::new()
-        .route(paths::EVALUATE, post(routes::evaluate))
-        .route(paths::TASKS, get(overview::list_tasks))
-        .route(
-            paths::TASK,
-            get(routes::get_task).delete(routes::delete_task),
-        )
-        .route(paths::TASK_HISTORY, get(routes::get_history))
-        .route(paths::TASK_RESET, post(routes::reset_task))
-        .route(paths::LOOPS, get(overview::recent_loops))
-        .route(paths::SIMILAR_LOOPS, get(routes::similar_loops))
-        .route(paths::STATS, get(overview::stats))
-        .route(paths::FEEDBACK, post(routes::feedback))
-        .route(paths::FEEDBACK_EXPORT, get(routes::export_feedback))
-        .route(paths::METRICS, get(routes::metrics))
-        .route_layer(middleware::from_fn_with_state(
-            Arc::clone(&state),
-            authenticate,
-        ));
+    let mut api = Router::new();
+    let mut open = Router::new();
+    for (path, guarded, handlers) in route_table() {
+        if guarded {
+            api = api.route(path, handlers);
+        } else {
+            open = open.route(path, handlers);
+        }
+    }
+    let api = api.route_layer(middleware::from_fn_with_state(
+        Arc::clone(&state),
+        authenticate,
+    ));
     // The page shell holds no data, so it is public even with a token (see dashboard.rs).
     let page = if state.cfg.server.dashboard {
-        let [index, script, style, icon] = paths::DASHBOARD;
+        let [index, script, style, icon] = DASHBOARD_PATHS;
         Router::new()
             .route(index, get(dashboard::index))
             .route(script, get(dashboard::script))
@@ -226,17 +220,67 @@ pub fn router(state: Arc<AppState>) -> Router {
     };
     Router::new()
         .merge(api)
+        .merge(open)
         .merge(page)
-        .route(paths::LIVEZ, get(routes::livez))
-        .route(paths::READYZ, get(routes::readyz))
-        .route(paths::OPENAPI, get(routes::openapi))
         .fallback(routes::not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             request_metrics,
         ))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
+        .layer(middleware::from_fn(json_errors))
         .with_state(state)
+}
+
+/// Whatever answers a 4xx or 5xx without our JSON body (axum's 405 with its `Allow` header, a
+/// rejection nobody foresaw) gets one: `{code, message, path}`, the original text as message.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = match status {
+        StatusCode::METHOD_NOT_ALLOWED => format!(
+            "this route does not answer {method}; it answers {}",
+            parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("other methods")
+        ),
+        _ if !text.is_empty() => text.chars().take(1000).collect(),
+        _ => status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_string(),
+    };
+    let body = serde_json::to_vec(&ErrorBody {
+        code: error::code_for_status(status),
+        message,
+        path: None,
+    })
+    .expect("an error body serialises");
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
@@ -258,7 +302,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, req: Request, next: Ne
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer_token);
     if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
         next.run(req).await
     } else {
@@ -276,6 +320,15 @@ async fn authenticate(State(state): State<Arc<AppState>>, req: Request, next: Ne
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` header. The scheme is case-insensitive
+/// (RFC 9110 §11.1): `bearer`, `BEARER` and `Bearer` are the same.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_matches(' '))
+}
+
 // Comparing a secret must not leak how many leading bytes matched.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -283,7 +336,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// Request timeout and per-route metrics.
 async fn request_metrics(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let route = paths::label(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
+    let route = route_label(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
     let started = Instant::now();
     let timeout = Duration::from_millis(state.cfg.server.request_timeout_ms);
     let resp = match tokio::time::timeout(timeout, next.run(req)).await {
@@ -321,6 +374,18 @@ async fn request_metrics(State(state): State<Arc<AppState>>, req: Request, next:
     resp
 }
 
+/// The metrics label of a request: its route template, or `other` for unknown paths. Labels
+/// stay bounded: only templates of [`route_table`] are ever interned.
+fn route_label(matched: Option<&str>) -> &'static str {
+    static LABELS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let labels = LABELS.get_or_init(|| route_table().into_iter().map(|(p, _, _)| p).collect());
+    match matched {
+        Some(m) if DASHBOARD_PATHS.contains(&m) => "dashboard",
+        Some(m) => labels.iter().find(|l| **l == m).copied().unwrap_or("other"),
+        None => "other",
+    }
+}
+
 /// Serve on `listener` until `shutdown` resolves; then drain, stop the sweeps and flush.
 pub async fn run(
     listener: tokio::net::TcpListener,
@@ -329,26 +394,19 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sweeper = tokio::spawn(sweep(Arc::clone(&state), stop_rx));
-    let grace = Duration::from_secs(state.cfg.server.shutdown_grace_secs);
-    let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
-    let server =
-        axum::serve(listener, router(Arc::clone(&state))).with_graceful_shutdown(async move {
+    let limits = conn::ConnLimits::of(&state.cfg.server);
+    conn::fit_open_file_limit(limits.max_connections);
+    conn::serve(
+        listener,
+        router(Arc::clone(&state)),
+        limits,
+        Arc::clone(&state.metrics),
+        async move {
             shutdown.await;
             tracing::info!(event = "shutdown", "draining in-flight requests");
-            let _ = drain_tx.send(());
-        });
-    let serving = tokio::spawn(async move { server.await });
-    // Graceful shutdown waits for in-flight requests; past the grace period, stop waiting.
-    let result = tokio::select! {
-        r = serving => r.map_err(anyhow::Error::from).and_then(|r| r.map_err(anyhow::Error::from)),
-        _ = async {
-            let _ = drain_rx.await;
-            tokio::time::sleep(grace).await;
-        } => {
-            tracing::warn!(event = "shutdown", "grace period over with requests still in flight");
-            Ok(())
-        }
-    };
+        },
+    )
+    .await;
     let _ = stop_tx.send(true);
     let _ = sweeper.await;
     state.engine.settle().await;
@@ -358,7 +416,7 @@ pub async fn run(
     state.engine.feedback_store().flush().await?;
     state.store.flush().await?;
     tracing::info!(event = "shutdown", "state flushed; bye");
-    result
+    Ok(())
 }
 
 /// Background: delete idle tasks and keep the in-memory cache bounded.

@@ -1,6 +1,12 @@
-//! The OpenAPI document, generated from the handlers and types. A copy is committed at
-//! docs/openapi.json; a test fails when it drifts from this.
+//! The OpenAPI document, generated from the handlers and types and completed with the limits of
+//! the running configuration. The copy for the default configuration is committed at
+//! docs/openapi.json; a test fails when it drifts, and CI fuzzes the served document against the
+//! service with schemathesis (.ci/schemathesis.sh).
 
+use super::validate::{Class, Limits, FIELDS};
+use loopguard::event::MAX_TASK_ID_CHARS;
+use loopguard::Config;
+use serde_json::{json, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -29,6 +35,7 @@ use utoipa::{Modify, OpenApi};
     ),
     components(schemas(
         super::routes::BatchItem,
+        super::routes::ExportFormat,
         loopguard::event::Event,
     )),
     modifiers(&BearerAuth),
@@ -54,16 +61,203 @@ impl Modify for BearerAuth {
     }
 }
 
-pub fn document() -> utoipa::openapi::OpenApi {
+fn base() -> Value {
     let mut doc = ApiDoc::openapi();
     // Stable across builds: the committed copy must not change with the crate version.
     doc.info.version = "1".into();
+    serde_json::to_value(&doc).expect("the OpenAPI document serialises")
+}
+
+/// A task id as JSON Schema states it: 1..256 characters, none of them a control character
+/// (Unicode category Cc, as Rust's `char::is_control`).
+fn task_id_schema() -> Value {
+    json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_TASK_ID_CHARS,
+        "pattern": TASK_ID_PATTERN,
+    })
+}
+
+/// `char::is_control` is exactly these two ranges.
+pub const TASK_ID_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
+
+/// The document for a server running `cfg`: limits and security as that server applies them.
+/// The derive describes the types; what depends on configuration, and what the derive cannot
+/// say (the batch form, the shared error answers), is set here, from the same tables the
+/// checks use ([`FIELDS`]).
+pub fn document(cfg: &Config) -> Value {
+    let mut doc = base();
+    let limits = Limits::of(&cfg.server);
+    let schemas = doc["components"]["schemas"]
+        .as_object_mut()
+        .expect("the document has schemas");
+
+    for (schema, field, class) in FIELDS {
+        let prop = &mut schemas[*schema]["properties"][*field];
+        assert!(prop.is_object(), "{schema}.{field} is in the document");
+        let max = limits.max(*class);
+        match class {
+            Class::Id => {
+                let nullable = prop["type"].is_array();
+                let description = prop["description"].clone();
+                *prop = task_id_schema();
+                if nullable {
+                    prop["type"] = json!(["string", "null"]);
+                }
+                if !description.is_null() {
+                    prop["description"] = description;
+                }
+            }
+            Class::Name | Class::Text => prop["maxLength"] = json!(max),
+            Class::Json => {
+                // Any JSON value; its size is bounded as text, which JSON Schema cannot state.
+                let description = prop["description"]
+                    .as_str()
+                    .unwrap_or("Any JSON.")
+                    .to_string();
+                *prop = json!({
+                    "description": format!("{description} At most {max} characters as JSON text (server.max_text_chars).")
+                });
+            }
+        }
+    }
+    // `path` is always present, `null` when the error is about the request as a whole.
+    schemas["ErrorBody"]["required"] = json!(["code", "message", "path"]);
+    for schema in schemas.values_mut() {
+        bound_integers(schema);
+    }
+
+    let batch_max = cfg.server.max_batch_events;
+    let token = cfg.server.auth_token.is_some();
+    let paths = doc["paths"]
+        .as_object_mut()
+        .expect("the document has paths");
+    let evaluate = &mut paths["/v1/evaluate"]["post"];
+    evaluate["requestBody"]["content"]["application/json"]["schema"] = json!({
+        "oneOf": [
+            {"$ref": "#/components/schemas/Envelope"},
+            {
+                "type": "array",
+                "maxItems": batch_max,
+                "description": "A batch: each item is evaluated on its own, in order, and answered in place by its verdict or its error, so an item that is not a valid envelope does not fail the others.",
+                "items": {}
+            }
+        ]
+    });
+    evaluate["responses"]["200"]["content"]["application/json"]["schema"] = json!({
+        "oneOf": [
+            {"$ref": "#/components/schemas/Verdict"},
+            {"type": "array", "items": {"$ref": "#/components/schemas/BatchItem"}}
+        ]
+    });
+
+    for (path, item) in paths.iter_mut() {
+        for (_, op) in item.as_object_mut().expect("a path item").iter_mut() {
+            let guarded = op.get("security").is_some();
+            if guarded && token {
+                op["security"] = json!([{"bearer": []}]);
+            }
+            let mut params = false;
+            if let Some(list) = op.get_mut("parameters").and_then(Value::as_array_mut) {
+                for p in list {
+                    params = true;
+                    match (p["in"].as_str(), p["name"].as_str()) {
+                        (Some("path"), Some("task_id")) => p["schema"] = task_id_schema(),
+                        (Some("query"), Some("text")) => {
+                            p["schema"]["maxLength"] = json!(limits.max(Class::Text))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            let body = op.get("requestBody").is_some();
+            let mut add = |status: &str, description: &str| {
+                let responses = op["responses"].as_object_mut().expect("responses");
+                responses.entry(status.to_string()).or_insert_with(|| {
+                    json!({
+                        "description": description,
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+                    })
+                });
+            };
+            if params || body {
+                add(
+                    "400",
+                    "Invalid input; `path` names the parameter or JSON path at fault",
+                );
+                add(
+                    "413",
+                    "A field, parameter or the body over its limit (docs/SERVICE.md#limits)",
+                );
+            }
+            if body {
+                add("415", "The body is not `Content-Type: application/json`");
+            }
+            if guarded {
+                add(
+                    "401",
+                    "Missing or wrong bearer token (when the server has one)",
+                );
+            }
+            if path == "/v1/evaluate" || path == "/v1/loops/similar" {
+                add(
+                    "429",
+                    "The model is overloaded; answered at once, see Retry-After",
+                );
+            }
+            // Any request can meet the connection layer's limits (docs/SERVICE.md#limits).
+            add("414", "The request target (URI) is too long");
+            add(
+                "431",
+                "The request line and headers exceed server.max_header_bytes",
+            );
+            add("500", "A bug (a handler panicked); never for bad input");
+            add(
+                "503",
+                "Over server.request_timeout_ms, model unavailable, or a store failure",
+            );
+        }
+    }
     doc
 }
 
-/// The document as committed: pretty JSON with a trailing newline.
-pub fn document_json() -> String {
-    let mut s = serde_json::to_string_pretty(&document()).expect("the OpenAPI document serialises");
+/// Integers get the bounds of their Rust type, so a generated example never overflows it.
+fn bound_integers(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            let is_integer = match map.get("type") {
+                Some(Value::String(t)) => t == "integer",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "integer"),
+                _ => false,
+            };
+            if is_integer {
+                let unsigned = map.get("minimum").and_then(Value::as_f64) == Some(0.0);
+                let (min, max) = match (map.get("format").and_then(Value::as_str), unsigned) {
+                    (Some("int64"), true) => (json!(0), json!(u64::MAX)),
+                    (Some("int64"), false) => (json!(i64::MIN), json!(i64::MAX)),
+                    (Some("int32"), true) => (json!(0), json!(u32::MAX)),
+                    (Some("int32"), false) => (json!(i32::MIN), json!(i32::MAX)),
+                    _ => (Value::Null, Value::Null),
+                };
+                if !min.is_null() {
+                    map.entry("minimum").or_insert(min);
+                    map.entry("maximum").or_insert(max);
+                }
+            }
+            for child in map.values_mut() {
+                bound_integers(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_integers),
+        _ => {}
+    }
+}
+
+/// The document for `cfg` as committed (docs/openapi.json holds the defaults'): pretty JSON
+/// with a trailing newline.
+pub fn document_json(cfg: &Config) -> String {
+    let mut s = serde_json::to_string_pretty(&document(cfg)).expect("the document serialises");
     s.push('\n');
     s
 }

@@ -34,7 +34,7 @@ pub fn limit_param(query: Option<&str>, default: usize, max: usize) -> Result<us
             .filter(|n| (1..=max).contains(n))
             .ok_or_else(|| {
                 ApiError::bad_request(
-                    "invalid_query",
+                    "invalid_parameter",
                     format!(
                         "limit must be an integer from 1 to {max}, got `{}`",
                         value.chars().take(40).collect::<String>()
@@ -369,7 +369,7 @@ mod tests {
         ] {
             let e = limit_param(Some(bad), 50, 500).unwrap_err();
             assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{bad}");
-            assert_eq!(e.body.code, "invalid_query");
+            assert_eq!(e.body.code, "invalid_parameter");
             assert_eq!(e.body.path.as_deref(), Some("limit"));
         }
     }

@@ -1,11 +1,13 @@
-//! Handlers. Bodies are read and parsed here (not by axum's extractors) so every rejection is
-//! our JSON error with a code and a path.
+//! Handlers. Bodies and parameters are read and parsed by this module's helpers (not by axum's
+//! extractors) so every rejection is our JSON error with a code and a path.
 
+use super::body::read_json;
 use super::error::{ApiError, ErrorBody};
-use super::validate::check_event;
+use super::params::{QueryParams, TaskId};
+use super::validate::{check, check_param, Class, Limits};
 use super::AppState;
-use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::body::Body;
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -17,39 +19,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// Read a body up to the configured limit, as UTF-8 JSON.
-async fn read_json(state: &AppState, body: Body) -> Result<Value, ApiError> {
-    let limit = state.cfg.server.max_body_bytes;
-    let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the request body exceeds {limit} bytes (server.max_body_bytes)"),
-        )
-    })?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_utf8",
-            format!("the body is not valid UTF-8 (at byte {})", e.valid_up_to()),
-        )
-    })?;
-    serde_json::from_str(text).map_err(|e| {
-        let code = if e.to_string().contains("recursion limit") {
-            "too_deep"
-        } else {
-            "invalid_json"
-        };
-        ApiError::bad_request(
-            code,
-            format!(
-                "not valid JSON: {e} (line {}, column {})",
-                e.line(),
-                e.column()
-            ),
-        )
-    })
-}
 
 /// One batch item: a verdict, or the error for that event.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -76,8 +45,8 @@ async fn evaluate_one(
     prefix: &str,
 ) -> Result<Evaluation, ApiError> {
     let s = &state.cfg.server;
-    check_event(&value, prefix, s.max_json_depth, s.max_text_bytes)?;
-    let env = parse_envelope_value(value).map_err(|e| {
+    check(&value, "Envelope", prefix, &Limits::of(s))?;
+    let mut env = parse_envelope_value(value).map_err(|e| {
         let e = if prefix.is_empty() {
             e
         } else {
@@ -85,9 +54,26 @@ async fn evaluate_one(
         };
         ApiError::from_input(e)
     })?;
+    // The engine dates events by the server's clock (Clock::Server); the client's `ts` is only
+    // recorded, and kept near the truth so the audit trail stays readable.
+    env.ts = env.ts.map(|t| clamp_to_now(t, s.max_clock_skew_secs));
     let eval = state.engine.evaluate_timed(env).await?;
     state.metrics.evaluation(&eval);
     Ok(eval)
+}
+
+/// `t`, moved to within `skew_secs` of the server's time.
+fn clamp_to_now(t: time::OffsetDateTime, skew_secs: u64) -> time::OffsetDateTime {
+    let now = time::OffsetDateTime::now_utc();
+    let skew = time::Duration::seconds(skew_secs.min(i64::MAX as u64) as i64);
+    let (earliest, latest) = (now.saturating_sub(skew), now.saturating_add(skew));
+    if t < earliest {
+        earliest
+    } else if t > latest {
+        latest
+    } else {
+        t
+    }
 }
 
 /// `POST /v1/evaluate`: one event → one verdict; an array of events → an array of verdicts (or
@@ -107,8 +93,12 @@ async fn evaluate_one(
     ),
     security((), ("bearer" = []))
 )]
-pub async fn evaluate(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    let value = match read_json(&state, body).await {
+pub async fn evaluate(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let value = match read_json(&headers, body, state.cfg.server.max_body_bytes).await {
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };
@@ -124,6 +114,7 @@ pub async fn evaluate(State(state): State<Arc<AppState>>, body: Body) -> Respons
                         items.len()
                     ),
                 )
+                .at(".")
                 .into_response();
             }
             state.metrics.batch_events.observe(items.len() as f64);
@@ -310,21 +301,6 @@ fn view(task_id: &str, s: &TaskState) -> TaskView {
     }
 }
 
-fn valid_task_id(id: &str) -> Result<(), ApiError> {
-    let n = id.chars().count();
-    if n == 0 || n > loopguard::event::MAX_TASK_ID_CHARS || id.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(
-            "invalid_event",
-            format!(
-                "a task id is 1..{} characters without control characters",
-                loopguard::event::MAX_TASK_ID_CHARS
-            ),
-        )
-        .at("task_id"));
-    }
-    Ok(())
-}
-
 /// `GET /v1/tasks/{task_id}`: counters, window, pivots, status, last verdicts.
 #[utoipa::path(
     get,
@@ -339,19 +315,25 @@ fn valid_task_id(id: &str) -> Result<(), ApiError> {
 )]
 pub async fn get_task(
     State(state): State<Arc<AppState>>,
-    Path(task_id): Path<String>,
+    TaskId(task_id): TaskId,
 ) -> Result<Json<TaskView>, ApiError> {
-    valid_task_id(&task_id)?;
     match state.engine.snapshot(&task_id).await? {
         Some(s) => Ok(Json(view(&task_id, &s))),
         None => Err(ApiError::not_found(format!("task {task_id} not found"))),
     }
 }
 
-#[derive(Deserialize, utoipa::IntoParams)]
+// The document's description of the parameters; `QueryParams` parses them.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(
+    dead_code,
+    reason = "describes the parameters for the OpenAPI document only"
+)]
 pub struct HistoryQuery {
-    /// Most records returned, newest kept (default 100, at most 10000).
-    pub limit: Option<usize>,
+    /// Most records returned, newest kept (default 100).
+    #[param(minimum = 1, maximum = 10000)]
+    pub limit: Option<u32>,
 }
 
 /// A task's audit trail.
@@ -378,11 +360,10 @@ pub struct HistoryView {
 )]
 pub async fn get_history(
     State(state): State<Arc<AppState>>,
-    Path(task_id): Path<String>,
-    Query(q): Query<HistoryQuery>,
+    TaskId(task_id): TaskId,
+    q: QueryParams,
 ) -> Result<Json<HistoryView>, ApiError> {
-    valid_task_id(&task_id)?;
-    let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
+    let limit = q.number::<usize>("limit", 1, 10_000)?.unwrap_or(100);
     let root = state
         .engine
         .root_of(&task_id)
@@ -397,6 +378,9 @@ pub async fn get_history(
         .map(|r| {
             let mut v = serde_json::to_value(&r).expect("an audit record serialises");
             v["ts"] = Value::String(rfc3339(r.ts));
+            if let Some(t) = r.client_ts {
+                v["client_ts"] = Value::String(rfc3339(t));
+            }
             v
         })
         .collect();
@@ -407,11 +391,18 @@ pub async fn get_history(
     }))
 }
 
+/// Seed 000: the only resets.
+#[derive(Debug, Clone, Copy, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResetReasonBody {
+    Success,
+    HumanIntervention,
+}
+
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetRequest {
-    /// `success` or `human_intervention` (the only outcomes that reset the counter).
-    pub reason: String,
+    pub reason: ResetReasonBody,
     /// Who resets (shown in the audit trail).
     #[serde(default)]
     pub by: Option<String>,
@@ -432,25 +423,16 @@ pub struct ResetRequest {
 )]
 pub async fn reset_task(
     State(state): State<Arc<AppState>>,
-    Path(task_id): Path<String>,
+    TaskId(task_id): TaskId,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Json<TaskView>, ApiError> {
-    valid_task_id(&task_id)?;
-    let value = read_json(&state, body).await?;
-    let req: ResetRequest = serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        ApiError::bad_request("invalid_event", e.into_inner().to_string()).at(path)
-    })?;
-    let reason = match req.reason.as_str() {
-        "success" => ResetReason::Success,
-        "human_intervention" => ResetReason::HumanIntervention,
-        other => {
-            return Err(ApiError::bad_request(
-                "invalid_event",
-                format!("unknown reason `{other}`; expected `success` or `human_intervention`"),
-            )
-            .at("reason"))
-        }
+    let value = read_json(&headers, body, state.cfg.server.max_body_bytes).await?;
+    check(&value, "ResetRequest", "", &Limits::of(&state.cfg.server))?;
+    let req: ResetRequest = typed(value)?;
+    let reason = match req.reason {
+        ResetReasonBody::Success => ResetReason::Success,
+        ResetReasonBody::HumanIntervention => ResetReason::HumanIntervention,
     };
     let by = req.by.unwrap_or_else(|| "api".to_string());
     let s = state.engine.reset(&task_id, reason, &by, req.note).await?;
@@ -468,9 +450,8 @@ pub async fn reset_task(
 )]
 pub async fn delete_task(
     State(state): State<Arc<AppState>>,
-    Path(task_id): Path<String>,
+    TaskId(task_id): TaskId,
 ) -> Result<StatusCode, ApiError> {
-    valid_task_id(&task_id)?;
     if state.engine.delete(&task_id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -536,17 +517,26 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
 }
 
 /// `GET /openapi.json`: this API's OpenAPI document, generated from the code.
-pub async fn openapi() -> impl IntoResponse {
-    Json(super::openapi::document())
+pub async fn openapi(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    Json(super::openapi::document(&state.cfg))
 }
 
-#[derive(Deserialize, utoipa::IntoParams)]
+// The document's description of the parameters; `QueryParams` parses them.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(
+    dead_code,
+    reason = "describes the parameters for the OpenAPI document only"
+)]
 pub struct SimilarQuery {
     /// The text of a loop: a failure message, a request, a tool call and its result.
+    #[param(min_length = 1)]
     pub text: String,
-    /// Most loops returned (default `memory.k`, at most 50).
-    pub k: Option<usize>,
+    /// Most loops returned (default `memory.k`).
+    #[param(minimum = 1, maximum = 50)]
+    pub k: Option<u32>,
     /// Least cosine similarity (default `memory.min_similarity`).
+    #[param(minimum = -1.0, maximum = 1.0)]
     pub min_similarity: Option<f32>,
 }
 
@@ -568,26 +558,26 @@ pub struct SimilarLoops {
 )]
 pub async fn similar_loops(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<SimilarQuery>,
+    q: QueryParams,
 ) -> Result<Json<SimilarLoops>, ApiError> {
+    let text = q.required("text")?;
+    if text.is_empty() {
+        return Err(ApiError::bad_request("invalid_parameter", "must not be empty").at("text"));
+    }
+    check_param("text", text, Class::Text, &Limits::of(&state.cfg.server))?;
+    let k = q.number::<usize>("k", 1, 50)?;
+    // Checked as f64: -1.0000000000000002 is out of range, though as an f32 it rounds to -1.
+    let min = q
+        .number::<f64>("min_similarity", -1.0, 1.0)?
+        .map(|m| m as f32);
     let Some(mem) = state.engine.loop_memory() else {
         return Err(ApiError::not_found(
             "the loop memory is disabled ([memory] enabled = false)",
         ));
     };
-    if q.text.trim().is_empty() || q.text.len() > state.cfg.server.max_text_bytes {
-        return Err(ApiError::bad_request(
-            "invalid_event",
-            format!("text must be 1..{} bytes", state.cfg.server.max_text_bytes),
-        )
-        .at("text"));
-    }
-    let min = q.min_similarity.unwrap_or(mem.config().min_similarity);
-    if !(-1.0..=1.0).contains(&min) {
-        return Err(ApiError::bad_request("invalid_event", "must be in -1..1").at("min_similarity"));
-    }
+    let min = min.unwrap_or(mem.config().min_similarity);
     let prepared = loopguard::signature::head_tail(
-        &loopguard::signature::normalize(&q.text),
+        &loopguard::signature::normalize(text),
         state.cfg.model.max_text_chars,
     );
     let v = state
@@ -595,7 +585,7 @@ pub async fn similar_loops(
         .embedder()
         .embed(std::slice::from_ref(&prepared))
         .await?;
-    let k = q.k.unwrap_or(mem.config().k).clamp(1, 50);
+    let k = k.unwrap_or(mem.config().k);
     Ok(Json(SimilarLoops {
         loops: mem.similar(&v[0], k, min, None),
     }))
@@ -633,23 +623,26 @@ pub struct FeedbackRequest {
 )]
 pub async fn feedback(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<loopguard::feedback::FeedbackRecord>), ApiError> {
-    let value = read_json(&state, body).await?;
-    let req: FeedbackRequest = serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        ApiError::bad_request("invalid_event", e.into_inner().to_string()).at(path)
-    })?;
-    valid_task_id(&req.task_id)?;
-    if let Some(n) = &req.note {
-        if n.len() > state.cfg.server.max_text_bytes {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "field_too_large",
-                format!("the limit is {} bytes", state.cfg.server.max_text_bytes),
-            )
-            .at("note"));
-        }
+    let value = read_json(&headers, body, state.cfg.server.max_body_bytes).await?;
+    check(
+        &value,
+        "FeedbackRequest",
+        "",
+        &Limits::of(&state.cfg.server),
+    )?;
+    let req: FeedbackRequest = typed(value)?;
+    if req.task_id.is_empty() || req.task_id.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "invalid_event",
+            format!(
+                "a task id is 1..{} characters without control characters",
+                loopguard::event::MAX_TASK_ID_CHARS
+            ),
+        )
+        .at("task_id"));
     }
     let record = state
         .engine
@@ -659,10 +652,28 @@ pub async fn feedback(
     Ok((StatusCode::CREATED, Json(record)))
 }
 
-#[derive(Deserialize, utoipa::IntoParams)]
+/// What `GET /v1/feedback/export` writes.
+#[derive(utoipa::ToSchema)]
+#[expect(
+    dead_code,
+    reason = "describes the parameter for the OpenAPI document only"
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ExportFormat {
+    Pairs,
+    Runs,
+}
+
+// The document's description of the parameters; `QueryParams` parses them.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(
+    dead_code,
+    reason = "describes the parameters for the OpenAPI document only"
+)]
 pub struct ExportQuery {
     /// `pairs` (for `loopguard calibrate pairs`) or `runs` (for `loopguard calibrate runs`).
-    pub format: String,
+    pub format: ExportFormat,
 }
 
 /// `GET /v1/feedback/export?format=pairs|runs`: all feedback as calibration input (JSON lines).
@@ -676,15 +687,16 @@ pub struct ExportQuery {
 )]
 pub async fn export_feedback(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<ExportQuery>,
+    q: QueryParams,
 ) -> Result<Response, ApiError> {
+    let format = q.choice("format", &["pairs", "runs"])?;
     let records = state
         .engine
         .feedback_store()
         .list()
         .map_err(loopguard::engine::EngineError::from)?;
     let mut out = String::new();
-    match q.format.as_str() {
+    match format {
         "pairs" => {
             for p in records.iter().filter_map(|r| r.as_pair()) {
                 out.push_str(&p.to_string());
@@ -697,13 +709,7 @@ pub async fn export_feedback(
                 out.push('\n');
             }
         }
-        other => {
-            return Err(ApiError::bad_request(
-                "invalid_event",
-                format!("unknown format `{other}`; expected `pairs` or `runs`"),
-            )
-            .at("format"))
-        }
+        _ => unreachable!("choice() allows only these"),
     }
     let mut headers = HeaderMap::new();
     headers.insert(
@@ -711,6 +717,14 @@ pub async fn export_feedback(
         HeaderValue::from_static("application/x-ndjson"),
     );
     Ok((headers, out).into_response())
+}
+
+/// A body deserialised into its request type, naming the path of the first problem.
+fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::bad_request("invalid_event", e.into_inner().to_string()).at(path)
+    })
 }
 
 /// Any unknown route.

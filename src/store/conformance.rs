@@ -12,6 +12,7 @@ use std::sync::Arc;
 fn record(root: &str, seq: u64) -> AuditRecord {
     AuditRecord {
         ts: 0,
+        client_ts: None,
         seq,
         task_id: root.to_string(),
         agent_id: None,

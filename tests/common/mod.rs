@@ -138,6 +138,18 @@ impl Server {
             .unwrap()
     }
 
+    /// GET a path and return the body as text, whatever the status.
+    pub async fn get_text(&self, client: &reqwest::Client, path: &str) -> String {
+        client
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Wait until /readyz says the model is warm.
     pub async fn ready(&self, client: &reqwest::Client) {
         for _ in 0..600 {

@@ -1,0 +1,155 @@
+//! Path and query parameters, parsed here rather than by axum's `Path` and `Query` extractors so
+//! that every rejection is our JSON error naming the parameter, and out-of-range values are
+//! refused, not clamped: a client asking for `limit=0` has a bug worth hearing about.
+
+use super::error::ApiError;
+use super::validate::{check_param, Class, Limits};
+use super::AppState;
+use axum::extract::{FromRequestParts, Path, RawQuery};
+use axum::http::request::Parts;
+use loopguard::event::MAX_TASK_ID_CHARS;
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+
+fn invalid(name: &str, message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_parameter", message).at(name)
+}
+
+/// The `{task_id}` of a task route: 1..256 characters without control characters, like the
+/// `task_id` of an event.
+pub struct TaskId(pub String);
+
+impl FromRequestParts<Arc<AppState>> for TaskId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| invalid("task_id", e.body_text()))?;
+        check_param("task_id", &id, Class::Id, &Limits::of(&state.cfg.server))?;
+        if id.is_empty() || id.chars().any(char::is_control) {
+            return Err(invalid(
+                "task_id",
+                format!(
+                    "a task id is 1..{MAX_TASK_ID_CHARS} characters without control characters"
+                ),
+            ));
+        }
+        Ok(TaskId(id))
+    }
+}
+
+/// A query string, decoded. A parameter given twice is refused: which one counts would be a
+/// guess.
+pub struct QueryParams(HashMap<String, String>);
+
+impl FromRequestParts<Arc<AppState>> for QueryParams {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let RawQuery(raw) = RawQuery::from_request_parts(parts, state)
+            .await
+            .unwrap_or(RawQuery(None));
+        QueryParams::parse(raw.as_deref().unwrap_or(""))
+    }
+}
+
+impl QueryParams {
+    pub fn parse(raw: &str) -> Result<QueryParams, ApiError> {
+        let mut map = HashMap::new();
+        for (k, v) in form_urlencoded::parse(raw.as_bytes()) {
+            if map.insert(k.to_string(), v.into_owned()).is_some() {
+                return Err(invalid(&k, format!("`{k}` is given more than once")));
+            }
+        }
+        Ok(QueryParams(map))
+    }
+
+    pub fn string(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    pub fn required(&self, name: &str) -> Result<&str, ApiError> {
+        self.string(name)
+            .ok_or_else(|| invalid(name, format!("the query parameter `{name}` is required")))
+    }
+
+    /// A number in `min..=max`, when given.
+    pub fn number<T>(&self, name: &str, min: T, max: T) -> Result<Option<T>, ApiError>
+    where
+        T: FromStr + PartialOrd + std::fmt::Display + Copy,
+    {
+        let Some(raw) = self.string(name) else {
+            return Ok(None);
+        };
+        match raw.trim().parse::<T>() {
+            Ok(v) if v >= min && v <= max => Ok(Some(v)),
+            _ => Err(invalid(
+                name,
+                format!("must be a number in {min}..={max}, got `{}`", shorten(raw)),
+            )),
+        }
+    }
+
+    /// One of `allowed`.
+    pub fn choice<'a>(&'a self, name: &str, allowed: &[&str]) -> Result<&'a str, ApiError> {
+        let v = self.required(name)?;
+        if allowed.contains(&v) {
+            Ok(v)
+        } else {
+            Err(invalid(
+                name,
+                format!(
+                    "unknown {name} `{}`; expected {}",
+                    shorten(v),
+                    allowed
+                        .iter()
+                        .map(|a| format!("`{a}`"))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ),
+            ))
+        }
+    }
+}
+
+/// A value quoted in a message, cut to a readable length.
+fn shorten(s: &str) -> String {
+    if s.chars().count() <= 40 {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(40).collect::<String>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_in_range_or_a_named_error() {
+        let q = QueryParams::parse("limit=5&k=0&big=99999999999999999999999&x=%41").unwrap();
+        assert_eq!(q.number::<usize>("limit", 1, 10).unwrap(), Some(5));
+        assert_eq!(q.number::<usize>("absent", 1, 10).unwrap(), None);
+        let err = q.number::<usize>("k", 1, 50).unwrap_err();
+        assert_eq!(err.body.path.as_deref(), Some("k"));
+        assert!(err.body.message.contains("1..=50"), "{}", err.body.message);
+        assert!(q.number::<usize>("big", 1, 10).is_err());
+        assert_eq!(q.string("x"), Some("A"));
+        let err = QueryParams::parse("limit=1&limit=2").err().unwrap();
+        assert_eq!(err.body.path.as_deref(), Some("limit"));
+        let err = q.choice("format", &["pairs", "runs"]).unwrap_err();
+        assert!(
+            err.body.message.contains("required"),
+            "{}",
+            err.body.message
+        );
+    }
+}
