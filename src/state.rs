@@ -50,6 +50,9 @@ pub struct ResultSig {
     pub trivial: bool,
     /// Failed for a reason outside the agent (network, auth, outage).
     pub external: bool,
+    /// Where the call ended, when it ended in an error or a "nothing found".
+    #[serde(default)]
+    pub outcome: Option<crate::signature::Outcome>,
 }
 
 /// The event-specific part of a window entry.

@@ -155,6 +155,7 @@ pub struct DetectConfig {
     pub enabled: EnabledDetectors,
     pub similarity: Similarity,
     pub repeats: Repeats,
+    pub dead_ends: DeadEnds,
     pub cycles: Cycles,
     pub responses: Responses,
     pub steps: Steps,
@@ -201,6 +202,20 @@ pub struct Repeats {
     pub negative_result: usize,
     pub max_between: usize,
     pub new_work_breaks: bool,
+}
+
+/// Attempts that end where earlier ones did (`detect/dead_end.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadEnds {
+    /// Occurrences of the same dead end that make a loop, the first included.
+    pub occurrences: usize,
+    /// Cosine at which two calls are the same attempt reworded, numbers and names aside.
+    pub attempt_similarity: f32,
+    /// Work events searched for the same attempt ending the same way (the new one included).
+    pub same_attempt_window: usize,
+    /// Work events searched for a repeated step with rewordings of one change between.
+    pub span_window: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -309,6 +309,28 @@ pub fn needed(cfg: &DetectConfig, state: &TaskState, e: &Entry, part: Part) -> V
     pending
 }
 
+/// Calls the dead-end rules will compare with the new one ([`super::dead_end::wanted`]) that
+/// have no vector yet, whatever their keys said.
+pub fn attempts_needed(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<TextAt> {
+    if !(cfg.enabled.same_error || cfg.enabled.result_repeat) {
+        return Vec::new();
+    }
+    let seqs = super::dead_end::wanted(&cfg.dead_ends, state, e);
+    if seqs.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    if main_sig(&e.body).is_some_and(|s| s.vector.is_none()) {
+        out.push(TextAt::New(Part::Main));
+    }
+    for (i, w) in state.window.iter().enumerate() {
+        if seqs.contains(&w.seq) && main_sig(&w.body).is_some_and(|s| s.vector.is_none()) {
+            out.push(TextAt::Window(i, Part::Main));
+        }
+    }
+    out
+}
+
 /// Compare the new event with every comparable window entry, oldest first.
 pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
     let grey = cfg.similarity.grey_band;

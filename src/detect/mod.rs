@@ -8,6 +8,7 @@
 pub mod budget;
 pub mod collaboration;
 pub mod cycle;
+pub mod dead_end;
 pub mod matching;
 pub mod negative;
 pub mod progress;
@@ -184,7 +185,7 @@ pub type Detector = fn(&Ctx<'_>) -> Option<Finding>;
 
 /// Detectors in priority order: the first finding is the verdict's kind.
 /// A cycle in progress wins over the repeats inside it, so it is counted once per period.
-pub const ORDER: [Detector; 9] = [
+pub const ORDER: [Detector; 10] = [
     budget::detect,
     regression::detect,
     collaboration::detect,
@@ -192,6 +193,7 @@ pub const ORDER: [Detector; 9] = [
     repeat::detect,
     response::detect,
     negative::detect,
+    dead_end::detect,
     steps::detect,
     transitions::detect,
 ];

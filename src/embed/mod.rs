@@ -157,7 +157,9 @@ impl From<&ModelConfig> for EmbedderOptions {
             max_batch: c.max_batch.max(1),
             max_batch_tokens: c.max_batch_tokens.max(1),
             queue_capacity: c.queue_capacity.max(1),
-            queue_wait_target: Some(Duration::from_millis(c.queue_wait_target_ms.max(1))),
+            // Admission control is the service's: a batch job (`score`, `calibrate`) would rather
+            // wait for the model than be refused. See [`Embedder::start_service_model`].
+            queue_wait_target: None,
             cache_entries: c.cache_entries.max(1),
             on_batch: None,
         }
@@ -205,9 +207,23 @@ impl Embedder {
 
     /// Start the real model, telling `on_batch` about every model call.
     pub fn start_model_with(cfg: &ModelConfig, on_batch: Option<BatchObserver>) -> Embedder {
-        let cfg2 = cfg.clone();
         let mut opts = EmbedderOptions::from(cfg);
         opts.on_batch = on_batch;
+        Embedder::start_model_opts(cfg, opts)
+    }
+
+    /// Start the real model for the service: as [`Embedder::start_model_with`], and work that
+    /// would wait longer than `model.queue_wait_target_ms` behind the queue is refused at once
+    /// (the caller answers 429) instead of adding to everyone's latency.
+    pub fn start_service_model(cfg: &ModelConfig, on_batch: Option<BatchObserver>) -> Embedder {
+        let mut opts = EmbedderOptions::from(cfg);
+        opts.on_batch = on_batch;
+        opts.queue_wait_target = Some(Duration::from_millis(cfg.queue_wait_target_ms.max(1)));
+        Embedder::start_model_opts(cfg, opts)
+    }
+
+    fn start_model_opts(cfg: &ModelConfig, opts: EmbedderOptions) -> Embedder {
+        let cfg2 = cfg.clone();
         Embedder::start(
             move || FastEmbedBackend::load(&cfg2).map(|b| Box::new(b) as Box<dyn EmbedBackend>),
             opts,

@@ -17,6 +17,10 @@ use std::time::Instant;
 pub(crate) struct Question {
     pub text: String,
     pub candidate: Option<Link>,
+    /// What the case counts as when the judge (or the fallback) says it is a loop, and the
+    /// earlier event it repeats.
+    pub kind: LoopKind,
+    pub matched: Option<u64>,
 }
 
 impl Engine {
@@ -132,7 +136,16 @@ pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Q
             Channel::Other => usize::MAX,
         };
         let alike = 1 + ctx.same_links().count();
-        if alike >= need && ctx.state.progress_since(l.seq).is_none() {
+        // A tool call that brought something back (a file, matches, a passing run) is not
+        // worth a question however close its wording: only dead ends are (measured: asking
+        // about every grey-band call flagged 11 of the 178 healthy runs with a judge that
+        // always says "no progress").
+        let dead_end = match &ctx.entry.body {
+            EntryBody::ToolCall { result: Some(r), .. } => r.negative || r.outcome.is_some(),
+            EntryBody::ToolCall { result: None, .. } => false,
+            _ => true,
+        };
+        if dead_end && alike >= need && ctx.state.progress_since(l.seq).is_none() {
             return Some(Question {
                 text: format!(
                     "is this the same as seq {} (similarity {} is in the grey band below the threshold)?",
@@ -140,6 +153,64 @@ pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Q
                     detect::fmt_cos(l.similarity())
                 ),
                 candidate: Some(*l),
+                kind: LoopKind::SemanticRepeat,
+                matched: Some(l.seq),
+            });
+        }
+    }
+    // Different attempts, the same dead end: ruling options out, or stuck? A judge reading
+    // the attempts can tell; the rules cannot.
+    if let Some(earlier) = detect::dead_end::different_attempts(ctx) {
+        if ctx
+            .state
+            .progress_since(earlier[earlier.len() - 1])
+            .is_none()
+        {
+            let outcome = match &ctx.entry.body {
+                EntryBody::ToolCall {
+                    result: Some(r), ..
+                } => r
+                    .outcome
+                    .as_ref()
+                    .map(|o| o.text.clone())
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
+            return Some(Question {
+                text: format!(
+                    "{} different attempts in a row (this one and seqs {}) ended in the same error ({outcome}): is the agent ruling options out, or stuck?",
+                    earlier.len() + 1,
+                    earlier
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                candidate: None,
+                kind: LoopKind::SameError,
+                matched: earlier.first().copied(),
+            });
+        }
+    }
+    if let Some(earlier) = detect::dead_end::different_changes(ctx) {
+        if ctx
+            .state
+            .progress_since(earlier[earlier.len() - 1])
+            .is_none()
+        {
+            return Some(Question {
+                text: format!(
+                    "the same step ended in the same error again (seqs {}, now), with different changes between: are the changes going anywhere?",
+                    earlier
+                        .iter()
+                        .rev()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                candidate: None,
+                kind: LoopKind::SameError,
+                matched: earlier.first().copied(),
             });
         }
     }
@@ -156,16 +227,17 @@ pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Q
                 ctx.state.failures_since_progress + 1
             ),
             candidate: None,
+            kind: LoopKind::Regression,
+            matched: None,
         });
     }
     None
 }
 
 fn judged_finding(question: &Question, verdict: JudgeVerdict, why: &str) -> Finding {
-    let kind = match (verdict, &question.candidate) {
-        (JudgeVerdict::Regressive, _) => LoopKind::Regression,
-        (_, Some(_)) => LoopKind::SemanticRepeat,
-        (_, None) => LoopKind::Regression,
+    let kind = match verdict {
+        JudgeVerdict::Regressive => LoopKind::Regression,
+        _ => question.kind,
     };
     let mut f = Finding::new(
         kind,
@@ -175,7 +247,7 @@ fn judged_finding(question: &Question, verdict: JudgeVerdict, why: &str) -> Find
             question.text
         ),
     );
-    f.matched = question.candidate.map(|l| l.seq);
+    f.matched = question.matched;
     f.similarity = question.candidate.and_then(|l| l.similarity());
     f.vetoable = false;
     f

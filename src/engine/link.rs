@@ -16,29 +16,33 @@ impl Engine {
         pass: &mut Pass,
     ) -> Result<(), EngineError> {
         let detect = &self.cfg.detect;
-        if !matching::exact_identity(detect, state, &pass.entry) {
-            for part in [Part::Main, Part::Result] {
-                let pending = matching::needed(detect, state, &pass.entry, part);
-                if pending.is_empty() {
-                    continue;
-                }
-                let texts: Vec<String> = pending
-                    .iter()
-                    .filter_map(|p| {
-                        matching::sig_at(state, &pass.entry, *p).map(|t| t.text.clone())
-                    })
-                    .collect();
-                let started = Instant::now();
-                let misses_before = self.embedder.stats().cache_misses.load(Relaxed);
-                let vectors = self.embedder.embed(&texts).await?;
-                let t = &mut pass.timings;
-                t.embed_secs += started.elapsed().as_secs_f64();
-                t.texts_embedded += texts.len();
-                t.used_model |= self.embedder.stats().cache_misses.load(Relaxed) > misses_before;
-                for (p, v) in pending.iter().zip(vectors) {
-                    if let Some(sig) = matching::sig_mut(state, &mut pass.entry, *p) {
-                        sig.vector = Some(v);
-                    }
+        let exact = matching::exact_identity(detect, state, &pass.entry);
+        for round in 0..3 {
+            let pending = match round {
+                0 | 1 if exact => continue,
+                0 => matching::needed(detect, state, &pass.entry, Part::Main),
+                1 => matching::needed(detect, state, &pass.entry, Part::Result),
+                // The dead-end rules compare recent calls with this one, whatever their keys
+                // said, when this call ended where a recent one did.
+                _ => matching::attempts_needed(detect, state, &pass.entry),
+            };
+            if pending.is_empty() {
+                continue;
+            }
+            let texts: Vec<String> = pending
+                .iter()
+                .filter_map(|p| matching::sig_at(state, &pass.entry, *p).map(|t| t.text.clone()))
+                .collect();
+            let started = Instant::now();
+            let misses_before = self.embedder.stats().cache_misses.load(Relaxed);
+            let vectors = self.embedder.embed(&texts).await?;
+            let t = &mut pass.timings;
+            t.embed_secs += started.elapsed().as_secs_f64();
+            t.texts_embedded += texts.len();
+            t.used_model |= self.embedder.stats().cache_misses.load(Relaxed) > misses_before;
+            for (p, v) in pending.iter().zip(vectors) {
+                if let Some(sig) = matching::sig_mut(state, &mut pass.entry, *p) {
+                    sig.vector = Some(v);
                 }
             }
         }

@@ -99,7 +99,7 @@ impl AppState {
         };
         let feedback = Arc::new(FeedbackStore::open(sled.tree("feedback")?));
         let slot = Arc::new(OnceLock::new());
-        let embedder = Embedder::start_model_with(
+        let embedder = Embedder::start_service_model(
             &cfg.model,
             Some(metrics::batch_observer(Arc::clone(&slot))),
         );

@@ -10,9 +10,11 @@
 //! - [`TestMetrics::extract`] reads test summaries (pytest, cargo, jest, plain "N tests failing").
 
 mod normalize;
+mod outcome;
 mod results;
 
 pub use normalize::*;
+pub use outcome::{error_lines, outcome_of, Outcome};
 pub use results::*;
 
 use regex::Regex;

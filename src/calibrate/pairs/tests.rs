@@ -168,6 +168,7 @@ fn calibration_measures_the_engines_own_rule() {
                     negative: false,
                     trivial: false,
                     external: false,
+                    outcome: None,
                 }),
                 passive: false,
             },

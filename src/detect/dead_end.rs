@@ -1,0 +1,372 @@
+//! `same_error` / `result_repeat` by outcome: the same attempt, however reworded, ending where it
+//! ended before.
+//!
+//! Real agents rarely repeat a call word for word when they are stuck. They re-send an edit with
+//! a shifted line range that the linter rejects with the same error, guess one path after
+//! another and get "No such file" each time, re-run a test between rewordings of one change and
+//! get the same failure. The calls differ and so do the outputs (a preview of the rejected edit,
+//! the guessed name), so identity of calls and results misses them; what stays the same is the
+//! call's *outcome* — its error lines ([`crate::signature::Outcome`]).
+//!
+//! Two shapes are a loop, each at `detect.dead_ends.occurrences` occurrences:
+//!
+//! 1. **The same attempt, the same dead end**: within the last `same_attempt_window` work events,
+//!    calls that are the same attempt (equal but for numbers, or a cosine of at least
+//!    `attempt_similarity`) ending in the same outcome (its error lines equal, or equal but for
+//!    a quoted name: the same attempt failing on `'a'` then on `'b'` has learned nothing).
+//! 2. **One step failing the same way between rewordings of one change**: within the last
+//!    `span_window` work events, the same attempt ending in exactly the same error lines, with
+//!    everything between being rewordings of one another (edit, run, the edit reworded, run...).
+//!    A different change between runs — a debugging script, a file read, another fix — is new
+//!    work, and the same failure after it is the next step of an investigation, not a loop.
+//!
+//! Different attempts ending in the same dead end (three different ways to run the tests, all
+//! "No module named pytest") are what a careful reader hesitates on: [`different_attempts`]
+//! names them for the judge rather than calling them a loop.
+
+use super::{Ctx, Finding};
+use crate::config::DeadEnds;
+use crate::embed::cosine;
+use crate::signature::{key64, Outcome};
+use crate::state::{Entry, EntryBody, TaskState, TextSig};
+use crate::verdict::LoopKind;
+
+/// A tool call with its outcome, as the rules compare them.
+struct Attempt<'a> {
+    seq: u64,
+    call: &'a TextSig,
+    outcome: Option<&'a Outcome>,
+    failed: bool,
+}
+
+fn attempt(e: &Entry) -> Option<Attempt<'_>> {
+    match &e.body {
+        EntryBody::ToolCall {
+            call,
+            result,
+            passive: false,
+            ..
+        } => Some(Attempt {
+            seq: e.seq,
+            call,
+            outcome: result.as_ref().and_then(|r| r.outcome.as_ref()),
+            failed: result.as_ref().is_some_and(|r| r.failed),
+        }),
+        _ => None,
+    }
+}
+
+/// The call's prepared text with every digit run masked: an edit re-sent at another line range
+/// has the same key.
+fn digitless_key(text: &str) -> u64 {
+    let mut out = String::with_capacity(text.len());
+    let mut in_digits = false;
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('#');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    key64(&out)
+}
+
+fn same_by_keys(a: &TextSig, b: &TextSig) -> bool {
+    a.exact == b.exact || a.norm == b.norm || digitless_key(&a.text) == digitless_key(&b.text)
+}
+
+/// Are two calls the same attempt? Equal but for numbers, or close by cosine. No resource or
+/// numbers guard here: the outcome, not the call, says whether anything changed.
+fn same_attempt(cfg: &DeadEnds, a: &TextSig, b: &TextSig) -> bool {
+    if same_by_keys(a, b) {
+        return true;
+    }
+    match (&a.vector, &b.vector) {
+        (Some(va), Some(vb)) => cosine(va, vb) >= cfg.attempt_similarity,
+        _ => false,
+    }
+}
+
+/// The last `n` work events before the new one, newest first (tool calls and failures alike:
+/// a failure between two calls is something that happened).
+fn recent_work(state: &TaskState, n: usize) -> Vec<&Entry> {
+    state
+        .window
+        .iter()
+        .rev()
+        .filter(|e| e.is_work() && !e.is_passive())
+        .take(n)
+        .collect()
+}
+
+/// Window entries whose calls the rules may compare with the new one: the link stage embeds
+/// them (most are cached) when the new call ended in an outcome seen recently.
+pub fn wanted(cfg: &DeadEnds, state: &TaskState, entry: &Entry) -> Vec<u64> {
+    let Some(new) = attempt(entry) else {
+        return Vec::new();
+    };
+    let Some(o) = new.outcome else {
+        return Vec::new();
+    };
+    let recent = recent_work(state, cfg.span_window.saturating_sub(1));
+    // Calls whose keys already say "the same attempt" need no vector: an exact repeat stays on
+    // the fast path.
+    let candidates: Vec<u64> = recent
+        .iter()
+        .filter_map(|e| attempt(e))
+        .filter(|a| a.outcome.is_some_and(|p| p.template == o.template))
+        .filter(|a| !same_by_keys(a.call, new.call))
+        .map(|a| a.seq)
+        .collect();
+    let alike = recent
+        .iter()
+        .filter_map(|e| attempt(e))
+        .filter(|a| a.outcome.is_some_and(|p| p.template == o.template))
+        .count();
+    if alike + 1 < cfg.occurrences.max(2) {
+        return Vec::new();
+    }
+    if candidates.is_empty() {
+        // Every candidate is the same attempt by keys; the span rule may still compare what is
+        // between them.
+        return recent
+            .iter()
+            .filter(|e| attempt(e).is_some_and(|a| a.outcome.is_none_or(|p| p.exact != o.exact)))
+            .map(|e| e.seq)
+            .collect();
+    }
+    recent
+        .iter()
+        .filter(|e| attempt(e).is_some())
+        .map(|e| e.seq)
+        .collect()
+}
+
+fn finding(ctx: &Ctx<'_>, new: &Attempt<'_>, matched: u64, n: usize, how: &str) -> Finding {
+    let outcome = new.outcome.map(|o| o.text.as_str()).unwrap_or("");
+    let negative_only = !new.failed
+        && matches!(&ctx.entry.body, EntryBody::ToolCall { result: Some(r), .. } if r.negative)
+        && !outcome.to_lowercase().contains("error");
+    let kind = if negative_only {
+        LoopKind::ResultRepeat
+    } else {
+        LoopKind::SameError
+    };
+    let mut f = Finding::new(
+        kind,
+        format!("{n} attempts {how} ended the same way as seq {matched}: {outcome}"),
+    );
+    f.matched = Some(matched);
+    f
+}
+
+pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
+    let cfg = &ctx.cfg.dead_ends;
+    let new = attempt(ctx.entry)?;
+    let o = new.outcome?;
+    let need = cfg.occurrences.max(2);
+
+    // 1. The same attempt ending the same way, nearly consecutively.
+    let close: Vec<Attempt<'_>> = recent_work(ctx.state, cfg.same_attempt_window.saturating_sub(1))
+        .into_iter()
+        .filter_map(attempt)
+        .filter(|a| {
+            a.outcome
+                .is_some_and(|p| p.exact == o.exact || p.template == o.template)
+                && same_attempt(cfg, a.call, new.call)
+        })
+        .collect();
+    if close.len() + 1 >= need {
+        return Some(finding(
+            ctx,
+            &new,
+            close[0].seq,
+            close.len() + 1,
+            "at the same step, reworded or not,",
+        ));
+    }
+
+    // 2. One step failing exactly the same way, with only rewordings of one change between.
+    let span = span(ctx)?;
+    span.rewordings.then(|| {
+        finding(
+            ctx,
+            &new,
+            span.members[0],
+            span.members.len() + 1,
+            "at one step, with only rewordings of one change between,",
+        )
+    })
+}
+
+/// The same step (a test run) ending in exactly the same error `occurrences` times within the
+/// span window, with other work between its runs.
+struct Span {
+    /// The earlier runs, newest first.
+    members: Vec<u64>,
+    /// Whether everything between the runs rewords something else between (one change tried
+    /// again and again) rather than being different work.
+    rewordings: bool,
+}
+
+fn span(ctx: &Ctx<'_>) -> Option<Span> {
+    let cfg = &ctx.cfg.dead_ends;
+    let new = attempt(ctx.entry)?;
+    let o = new.outcome?;
+    let recent = recent_work(ctx.state, cfg.span_window.saturating_sub(1));
+    let is_member = |e: &Entry| {
+        attempt(e).is_some_and(|a| {
+            a.outcome.is_some_and(|p| p.exact == o.exact) && same_attempt(cfg, a.call, new.call)
+        })
+    };
+    let members: Vec<u64> = recent
+        .iter()
+        .filter(|e| is_member(e))
+        .map(|e| e.seq)
+        .collect();
+    if members.len() + 1 < cfg.occurrences.max(2) {
+        return None;
+    }
+    let oldest = *members.iter().min()?;
+    let between: Vec<&Entry> = recent
+        .iter()
+        .filter(|e| e.seq > oldest && !members.contains(&e.seq))
+        .copied()
+        .collect();
+    if between.is_empty() {
+        return None;
+    }
+    let calls: Vec<&TextSig> = between
+        .iter()
+        .filter_map(|e| attempt(e).map(|a| a.call))
+        .collect();
+    let rewordings = calls.len() == between.len()
+        && calls.iter().enumerate().all(|(i, c)| {
+            calls
+                .iter()
+                .enumerate()
+                .any(|(j, d)| i != j && same_attempt(cfg, c, d))
+        });
+    Some(Span {
+        members,
+        rewordings,
+    })
+}
+
+/// The same step failing exactly the same way after *different* changes (three fixes, the same
+/// failure each time): ambiguous — superficial fixes going nowhere, or an investigation ruling
+/// options out? Returns the earlier runs, newest first.
+pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
+    let span = span(ctx)?;
+    (!span.rewordings).then_some(span.members)
+}
+
+/// Different attempts ending in exactly the same dead end, one after another: ambiguous (three
+/// ways to run the tests, all "No module named pytest" — stuck, or ruling options out?). Returns
+/// the earlier attempts' seqs, newest first, for the judge's question.
+pub fn different_attempts(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
+    let cfg = &ctx.cfg.dead_ends;
+    let new = attempt(ctx.entry)?;
+    let o = new.outcome?;
+    let need = cfg.occurrences.max(2);
+    let recent = recent_work(ctx.state, need - 1);
+    let seqs: Vec<u64> = recent
+        .iter()
+        .filter_map(|e| attempt(e))
+        .filter(|a| a.outcome.is_some_and(|p| p.exact == o.exact))
+        .map(|a| a.seq)
+        .collect();
+    (seqs.len() + 1 >= need && recent.len() == seqs.len()).then_some(seqs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{detect, different_attempts};
+    use crate::detect::testkit::{bash, Scene};
+    use crate::verdict::LoopKind;
+    use serde_json::json;
+
+    fn edit(range: &str, body: &str, error: &str) -> serde_json::Value {
+        json!({"type": "tool_call", "tool": "edit", "args": {"command": format!("edit {range}\n{body}\nend_of_edit")},
+               "result": {"output": format!("Your proposed edit has introduced new syntax error(s).\nERRORS:\n- {error}\n\nThis is how your edit would have looked if applied\n[File: /r/a.py ({range} lines total)]\n1:{body}\n"), "is_error": false}})
+    }
+
+    #[test]
+    fn an_edit_re_sent_at_other_ranges_with_the_same_linter_error_is_a_loop() {
+        let mut s = Scene::new();
+        let err = "E999 IndentationError: unexpected indent";
+        assert!(s
+            .detect(detect, edit("24:24", "import shutil", err))
+            .is_none());
+        assert!(s
+            .detect(detect, edit("33:33", "import shutil", err))
+            .is_none());
+        let f = s
+            .detect(detect, edit("38:38", "import shutil", err))
+            .expect("the third attempt");
+        assert_eq!(f.kind, LoopKind::SameError);
+        assert_eq!(f.matched, Some(2));
+        assert!(f.reason.contains("IndentationError"), "{}", f.reason);
+    }
+
+    #[test]
+    fn the_same_test_failing_between_rewordings_of_one_fix_is_a_loop() {
+        let mut s = Scene::new();
+        let fail = "Traceback (most recent call last):\n  File \"t.py\", line 3\nAssertionError: 'x' should map to 'y'";
+        for k in 0..2 {
+            s.push(edit(
+                &format!("5:{}", 7 + k),
+                "def code(w): return MAP[w]",
+                "none",
+            ));
+            assert!(s.detect(detect, bash("python test_map.py", fail)).is_none());
+        }
+        s.push(edit("5:11", "def code(w): return MAP[w]", "none"));
+        let f = s
+            .detect(detect, bash("python test_map.py", fail))
+            .expect("third run");
+        assert_eq!(f.kind, LoopKind::SameError);
+    }
+
+    #[test]
+    fn a_failure_after_different_work_is_the_next_step_not_a_loop() {
+        let mut s = Scene::new();
+        let fail = "KeyError: 'name'";
+        for probe in ["cat config.py", "grep -rn name src", "python debug_keys.py"] {
+            s.push(bash(probe, "some new information"));
+            assert!(s.detect(detect, bash("python run.py", fail)).is_none());
+        }
+    }
+
+    #[test]
+    fn another_name_after_a_change_that_worked_is_progress() {
+        let mut s = Scene::new();
+        for m in ["a", "b", "c"] {
+            let f = s.detect(
+                detect,
+                bash(
+                    "python run.py",
+                    &format!("ModuleNotFoundError: No module named '{m}'"),
+                ),
+            );
+            assert!(f.is_none());
+            s.push(bash(&format!("pip install {m}"), "Successfully installed"));
+        }
+    }
+
+    #[test]
+    fn different_attempts_at_one_dead_end_are_for_the_judge() {
+        let mut s = Scene::new();
+        let none = "ModuleNotFoundError: No module named 'pytest'";
+        s.push(bash("python -m pytest tests", none));
+        s.push(bash("python -c 'import pytest'", none));
+        let p = s.probe(bash("python -m unittest discover", none));
+        let ctx = s.ctx(&p);
+        assert!(detect(&ctx).is_none());
+        assert_eq!(different_attempts(&ctx), Some(vec![2, 1]));
+    }
+}

@@ -1,0 +1,223 @@
+//! The outcome of a tool call: the error lines of its output, as a signature.
+//!
+//! A real agent that is stuck rarely repeats its call word for word; it re-sends an edit with a
+//! shifted line range, guesses one file path after another, re-scopes a search. What stays the
+//! same is where each attempt ends: the same linter error, the same "No such file", the same
+//! exception. The output around that line moves (a preview of the rejected edit with its line
+//! numbers, the name that was guessed), so comparing whole outputs misses it; the error lines
+//! alone do not move.
+//!
+//! An output's outcome is its last few *error lines*: an exception line (`KeyError: 'x'`), a
+//! tool's message (`ls: cannot access 'x': No such file or directory`), a linter line (`- E999
+//! IndentationError: unexpected indent`), a test summary (`FAILED ...`, pytest's `E   ...`), an
+//! `error:`/`fatal:` line, or a "nothing found" sentence. Lines of code or of a file view
+//! (indented, or numbered like `42:` and `42-`) quote error words without being an outcome and
+//! are skipped. Two keys are kept:
+//!
+//! - `exact`: the lines with paths, numbers and identifiers masked — the same error at another
+//!   line number or path;
+//! - `template`: also with quoted values masked — the same kind of error about another name
+//!   (`undefined name 'a'` / `'b'`). A template alone means "the same dead end" only for the same
+//!   attempt repeated; another name after a successful change is progress (the next missing
+//!   module, the next failing assertion).
+
+use super::key64;
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
+
+/// Error lines kept per output (the last ones: a traceback ends with its exception).
+const LINES_KEPT: usize = 3;
+/// Longer lines are content, not a message.
+const MAX_LINE_CHARS: usize = 300;
+/// Characters of the outcome text kept for reasons and evidence.
+const TEXT_KEPT_CHARS: usize = 240;
+
+/// Where a tool call ended, when it ended in an error or a "nothing found".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Key of the error lines with paths, numbers and identifiers masked.
+    pub exact: u64,
+    /// Key of the same with quoted values masked too.
+    pub template: u64,
+    /// The error lines as given (the last one first), for reasons.
+    pub text: String,
+}
+
+static ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"(?x)
+          ^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b\s*(?::|$)   # KeyError: 'x'
+        | ^[\w./\[\]()-]+(?:\ [\w./-]+)?:\ (?i:.*(?:error|not\ found|no\ such|cannot|can't|invalid|denied|unrecognized|not\ recognized|failed|unable|refused|timed\ out|no\ module))
+        | ^-\ [EFW]\d{3}\b                                  # - E999 IndentationError: ...
+        | ^E\s{2,}\S                                        # pytest: E   AssertionError
+        | ^(?:FAILED|ERROR)\b                               # test summaries
+        | ^(?i:error|fatal)\b
+        | ^(?i:no\ (?:matches|results?|files?|such))\b
+        | (?i:\bnot\ found\.?$|did\ not\ produce\ any\ output|timed\ out)
+        "#,
+    )
+    .expect("the error-line pattern compiles")
+});
+
+/// Python's messages, also when a script prints them without their exception's name (`data:
+/// module 'm' has no attribute 'parse'`): the clause that holds one is an error line.
+static PYTHON_MESSAGE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)has no attribute |is not defined$|no module named |cannot import name |object is not (?:callable|subscriptable|iterable)|unexpected keyword argument|missing \d+ required positional")
+        .expect("compiles")
+});
+
+/// A message that is not a problem: `WARNING: ...`, `note: ...`.
+static NOT_A_PROBLEM: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^(?i:warning|info|note|debug|hint)\b").expect("compiles"));
+
+/// Lines that are part of a listing (code, a file view, grep -n) rather than a message.
+static LISTING: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^(?:\s|\d+[-:|]|\[File:)").expect("compiles"));
+
+static ANSI: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\x1b\[[0-9;?]*[A-Za-z]").expect("compiles"));
+
+static QUOTED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"'[^'\n]{0,200}'|"[^"\n]{0,200}"|`[^`\n]{0,200}['`]"#).expect("compiles")
+});
+static PATH: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?:[\w.-]*/)+[\w.-]+").expect("compiles"));
+static ID_WITH_DIGITS: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\b[A-Za-z_]+\d+[\w-]*\b").expect("compiles"));
+static NUMBER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\b\d+(?:\.\d+)?\b").expect("compiles"));
+static SPACES: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\s+").expect("compiles"));
+
+fn mask(line: &str, quotes: bool) -> String {
+    let mut s = line.trim().to_string();
+    if quotes {
+        s = QUOTED.replace_all(&s, "<q>").into_owned();
+    }
+    s = PATH.replace_all(&s, "<p>").into_owned();
+    s = ID_WITH_DIGITS.replace_all(&s, "<id>").into_owned();
+    s = NUMBER.replace_all(&s, "<n>").into_owned();
+    SPACES.replace_all(&s, " ").to_lowercase()
+}
+
+/// The error lines of an output, in order.
+pub fn error_lines(output: &str) -> Vec<String> {
+    let clean = ANSI.replace_all(output, "");
+    let mut out = Vec::new();
+    // The first line at the margin after a Python traceback's frames is its exception, whatever
+    // the exception class is called (`pkg.errors.InvalidStructure: leftover bytes`).
+    let mut in_traceback = false;
+    for l in clean.lines() {
+        if l.trim().is_empty() || l.chars().count() > MAX_LINE_CHARS {
+            continue;
+        }
+        if l.starts_with("Traceback (most recent call last)") {
+            in_traceback = true;
+            continue;
+        }
+        if LISTING.is_match(l) {
+            continue;
+        }
+        let exception = std::mem::take(&mut in_traceback) && l.contains(": ");
+        if exception || (!NOT_A_PROBLEM.is_match(l) && ERROR_LINE.is_match(l.trim_end())) {
+            out.push(l.trim().to_string());
+        } else if let Some(m) = PYTHON_MESSAGE.find(l) {
+            // The clause, not what the script printed before it (often the input it was given).
+            let start = l[..m.start()].rfind(": ").map_or(0, |i| i + 2);
+            out.push(l[start..].trim().to_string());
+        }
+    }
+    out
+}
+
+fn key_of(lines: &[String], quotes: bool) -> u64 {
+    let mut masked: Vec<String> = lines.iter().map(|l| mask(l, quotes)).collect();
+    masked.sort();
+    masked.dedup();
+    key64(&masked.join("\n"))
+}
+
+/// The outcome of an output, if it ends in an error or a "nothing found".
+pub fn outcome_of(output: &str) -> Option<Outcome> {
+    let lines = error_lines(output);
+    if lines.is_empty() {
+        return None;
+    }
+    let last = &lines[lines.len().saturating_sub(LINES_KEPT)..];
+    let text: String = last.iter().rev().cloned().collect::<Vec<_>>().join(" | ");
+    Some(Outcome {
+        exact: key_of(last, false),
+        template: key_of(last, true),
+        text: super::head_tail(&text, TEXT_KEPT_CHARS),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(s: &str) -> Outcome {
+        outcome_of(s).unwrap_or_else(|| panic!("no outcome in {s:?}"))
+    }
+
+    #[test]
+    fn a_rejected_edit_is_its_linter_line_whatever_the_preview() {
+        let a = out("Your proposed edit has introduced new syntax error(s).\nERRORS:\n- E999 IndentationError: unexpected indent\n\nThis is how your edit would have looked if applied\n[File: /x/a.py (1117 lines total)]\n(40 more lines above)\n41:    return x\n42:        y = 1\n");
+        let b = out("Your proposed edit has introduced new syntax error(s).\nERRORS:\n- E999 IndentationError: unexpected indent\n\nThis is how your edit would have looked if applied\n[File: /x/a.py (1049 lines total)]\n(30 more lines above)\n31:    pass\n32:        z = 2\n");
+        assert_eq!(a, b);
+        assert!(a.text.contains("E999 IndentationError"), "{}", a.text);
+    }
+
+    #[test]
+    fn other_names_share_the_template_not_the_exact_key() {
+        let a = out("- F821 undefined name 'argparse'");
+        let b = out("- F821 undefined name 'time'");
+        assert_eq!(a.template, b.template);
+        assert_ne!(a.exact, b.exact);
+        // Paths and numbers never tell two outcomes apart.
+        let c = out("ls: cannot access '/a/b.py': No such file or directory");
+        let d = out("ls: cannot access '/a/c.py': No such file or directory");
+        assert_eq!(c.template, d.template);
+        let e = out("Traceback (most recent call last):\n  File \"/t/x.py\", line 3, in <module>\n    f()\nKeyError: 'name'\n");
+        let f = out("Traceback (most recent call last):\n  File \"/t/x.py\", line 9, in <module>\n    g()\nKeyError: 'name'\n");
+        assert_eq!(e, f);
+        assert_eq!(e.text, "KeyError: 'name'");
+    }
+
+    #[test]
+    fn content_that_quotes_error_words_is_no_outcome() {
+        for content in [
+            "    except ImportError:\n        pass\n",
+            "12:    raise ValueError('bad')\n13-    return 1\n",
+            "WARNING: Parsing errors found and dialect is set to 'ansi'.\n",
+            "def handle_error(e):\n    return None\n",
+            "All tests passed.\n",
+        ] {
+            assert!(outcome_of(content).is_none(), "{content:?}");
+        }
+    }
+
+    #[test]
+    fn a_traceback_ends_in_its_exception_whatever_it_is_called() {
+        let a = out("warn(x)\nTraceback (most recent call last):\n  File \"r.py\", line 14, in <module>\n    f(b)\nwebauthn.helpers.exceptions.InvalidStructure: Leftover bytes detected\n");
+        assert_eq!(
+            a.text,
+            "webauthn.helpers.exceptions.InvalidStructure: Leftover bytes detected"
+        );
+        let b = out("METAR WSSS 280900Z 24/23 Q1010 NSW: module 'metar.Metar' has no attribute 'parse'\nScript completed successfully, no errors.\n");
+        let c = out("METAR WSSS 312000Z 24/24 Q1011 NSW: module 'metar.Metar' has no attribute 'report'\nScript completed successfully, no errors.\n");
+        assert_eq!(b.template, c.template);
+        assert!(outcome_of("UserWarning: deprecated, import from cbor2\n").is_none());
+    }
+
+    #[test]
+    fn nothing_found_is_an_outcome() {
+        let a = out("No matches found for \"math\" in /repo");
+        let b = out("No matches found for \"latex\" in /repo");
+        assert_eq!(a.template, b.template);
+        assert!(
+            outcome_of("Your command ran successfully and did not produce any output.").is_some()
+        );
+        assert!(outcome_of("\x1b[91mImportError\x1b[0m: cannot import name 'x'").is_some());
+    }
+}
