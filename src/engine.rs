@@ -581,20 +581,30 @@ impl Engine {
                 };
                 (d.action, d.counted, f.kind, reason, matched, f.similarity)
             }
-            None => (
-                Action::proceed(),
-                false,
-                LoopKind::None,
-                not_loop_reason.unwrap_or_else(|| {
-                    if entry.novel {
-                        "new work".to_string()
-                    } else {
-                        "no loop".to_string()
-                    }
-                }),
-                None,
-                None,
-            ),
+            None => {
+                // Not a loop: name the closest earlier event, the near miss a reader looks for.
+                let near = detect::nearest(state, &entry, &links);
+                (
+                    Action::proceed(),
+                    false,
+                    LoopKind::None,
+                    not_loop_reason.unwrap_or_else(|| {
+                        if entry.novel {
+                            "new work".to_string()
+                        } else {
+                            "no loop".to_string()
+                        }
+                    }),
+                    near.and_then(|l| {
+                        state.entry(l.seq).map(|e| Matched {
+                            seq: l.seq,
+                            text: e.body.display_text(),
+                            similarity: l.similarity(),
+                        })
+                    }),
+                    near.and_then(Link::similarity),
+                )
+            }
         };
         let similar_loops = if kind != LoopKind::None
             && kind != LoopKind::Budget

@@ -233,6 +233,42 @@ pub fn grey_candidate<'l>(ctx: &'l Ctx<'_>) -> Option<&'l Link> {
         })
 }
 
+/// For a verdict that is not a loop, the earlier event the new one came closest to repeating:
+/// a live link that is the same event (no detector counted it), else the one whose call, message
+/// or result reached the grey band or more, the strongest first. Two acknowledgements ("", "OK")
+/// alike say nothing, so a result alone counts only when it is not trivial on both sides. This is
+/// the near miss a reader of a missed loop looks for first.
+pub fn nearest<'l>(state: &TaskState, entry: &Entry, links: &'l [Link]) -> Option<&'l Link> {
+    let trivial = |e: &Entry| match &e.body {
+        crate::state::EntryBody::ToolCall {
+            result: Some(r), ..
+        } => r.trivial,
+        _ => false,
+    };
+    let result_counts = |l: &Link| {
+        l.result.is_some_and(|r| r >= Level::Grey)
+            && !(trivial(entry) && state.entry(l.seq).is_some_and(trivial))
+    };
+    let strength = |l: &Link| {
+        let result = if result_counts(l) {
+            l.result.unwrap_or(Level::None)
+        } else {
+            Level::None
+        };
+        (l.same, l.text.max(result))
+    };
+    links
+        .iter()
+        .filter(|l| !l.stale && (l.same || l.text >= Level::Grey || result_counts(l)))
+        .max_by(|a, b| {
+            strength(a).cmp(&strength(b)).then(
+                a.similarity()
+                    .unwrap_or(1.0)
+                    .total_cmp(&b.similarity().unwrap_or(1.0)),
+            )
+        })
+}
+
 /// Format a cosine for reasons: two decimals.
 pub fn fmt_cos(c: Option<f32>) -> String {
     c.map(|c| format!("{c:.2}")).unwrap_or_else(|| "-".into())
