@@ -19,12 +19,14 @@
 //! - [`config`]: one configuration type for file, environment and flags.
 //! - [`score`]: batch scoring of recorded runs (`loopguard score`).
 //! - [`calibrate`]: threshold calibration on labelled pairs and runs (`loopguard calibrate`).
+//! - [`eval`]: detection measured on labelled runs and healthy controls (`loopguard eval`).
 
 pub mod calibrate;
 pub mod config;
 pub mod detect;
 pub mod embed;
 pub mod engine;
+pub mod eval;
 pub mod event;
 pub mod feedback;
 pub mod judge;
