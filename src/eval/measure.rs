@@ -81,18 +81,31 @@ fn verdict_at(verdicts: &[Verdict], i: usize) -> VerdictAt {
             .as_ref()
             .and_then(|m| index_of(verdicts, i, m.seq)),
         matched_text: v.matched.as_ref().map(|m| head_tail(&m.text, TEXT_CHARS)),
-        judge: v.judge.as_ref().map(|j| {
-            j.verdict
-                .clone()
-                .unwrap_or_else(|| format!("{} (fallback)", j.status))
+        judge: v.judge.as_ref().map(|j| match &j.verdict {
+            Some(verdict) => contract_name(verdict),
+            None => format!("{} (fallback)", contract_name(&j.status)),
         }),
     }
 }
 
 fn sent_to_judge(v: &Verdict) -> bool {
-    v.judge
-        .as_ref()
-        .is_some_and(|j| !j.fallback || !matches!(j.status.as_str(), "none" | "budget_exhausted"))
+    v.judge.as_ref().is_some_and(|j| {
+        !j.fallback
+            || !matches!(
+                contract_name(&j.status).as_str(),
+                "none" | "budget_exhausted"
+            )
+    })
+}
+
+/// A judge status or verdict as the verdict contract names it (`"none"`, `"no_progress"`): the
+/// report speaks the names users see in verdicts.
+fn contract_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(e) => format!("({e})"),
+    }
 }
 
 /// The strongest non-loop evidence among the first `upto + 1` verdicts: by [`NearMissKind`],

@@ -37,10 +37,15 @@ fn matched(mut v: Verdict, seq: u64, similarity: Option<f32>) -> Verdict {
     v
 }
 
+/// A status or verdict from its contract name (the field types are the report's concern).
+fn named<T: serde::de::DeserializeOwned>(name: &str) -> T {
+    serde_json::from_value(serde_json::Value::String(name.into())).expect("a contract name")
+}
+
 fn judged(mut v: Verdict, status: &str, verdict: Option<&str>, fallback: bool) -> Verdict {
     v.judge = Some(JudgeReport {
-        status: status.into(),
-        verdict: verdict.map(str::to_string),
+        status: named(status),
+        verdict: verdict.map(named),
         confidence: None,
         reason: None,
         fallback,
