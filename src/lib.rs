@@ -22,6 +22,7 @@
 //! - [`config`]: one configuration type for file, environment and flags.
 //! - [`score`]: batch scoring of recorded runs (`loopguard score`), and its HTML report.
 //! - [`calibrate`]: threshold calibration on labelled pairs and runs (`loopguard calibrate`).
+//! - [`eval`]: detection measured on labelled runs and healthy controls (`loopguard eval`).
 
 pub mod audit;
 pub mod calibrate;
@@ -29,6 +30,7 @@ pub mod config;
 pub(crate) mod detect;
 pub mod embed;
 pub mod engine;
+pub mod eval;
 pub mod event;
 pub mod feedback;
 pub mod json;

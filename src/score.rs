@@ -114,7 +114,21 @@ pub async fn score_run(
     embedder: Embedder,
     run: Run,
 ) -> Result<RunScore, EngineError> {
-    let engine = Engine::new(cfg, embedder);
+    score_run_judged(cfg, embedder, None, run).await
+}
+
+/// Score one run with a fresh engine that asks `judge` about ambiguous cases (without one,
+/// `judge.fallback` decides them).
+pub async fn score_run_judged(
+    cfg: Arc<Config>,
+    embedder: Embedder,
+    judge: Option<Arc<dyn crate::judge::Judge>>,
+    run: Run,
+) -> Result<RunScore, EngineError> {
+    let mut engine = Engine::new(cfg, embedder);
+    if let Some(judge) = judge {
+        engine = engine.with_judge(judge);
+    }
     let mut verdicts = Vec::with_capacity(run.events.len());
     for env in run.events {
         verdicts.push(engine.evaluate(env).await?);

@@ -30,6 +30,10 @@ pub struct TextSig {
     /// must agree for two calls to be the same.
     #[serde(default)]
     pub ids: Vec<String>,
+    /// Failures only: the key of the message's template — numbers, paths, hosts, ids masked —
+    /// so one log line with other variables is the same failure. 0: none.
+    #[serde(default)]
+    pub template: u64,
     /// Set once computed; never persisted (recomputed through the embedding cache after a restart).
     #[serde(skip)]
     pub vector: Option<Vector>,

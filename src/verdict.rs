@@ -202,7 +202,12 @@ pub struct Verdict {
     pub loop_count: u32,
     /// Whether this event moved the loop counter (external failures never do).
     pub counted: bool,
+    /// A loop: how alike the event and the one it repeats are (`None` when decided on keys).
+    /// Not a loop: the same for the closest earlier event in `matched`.
     pub similarity: Option<f32>,
+    /// A loop: the earlier event it repeats. Not a loop: the earlier event it came closest to
+    /// repeating (the same event that no detector counted, or a similarity in the grey band or
+    /// above), when there is one — the near miss.
     pub matched: Option<Matched>,
     pub signature: Option<SignatureView>,
     pub action: Action,

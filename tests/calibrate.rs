@@ -291,15 +291,21 @@ fn bad_pair_input_is_a_clear_error() {
 fn runs_sweep_picks_the_point_without_false_alarms() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("runs");
-    let out = loopguard(&[
-        "calibrate",
-        "runs",
-        &fixture("runs.jsonl"),
-        "--sweep",
-        "detect.repeats.tool_call=1,2,3",
-        "--out-dir",
-        out_dir.to_str().unwrap(),
-    ]);
+    // The repeat detector alone: the dead-end rules also count a call failing the same way
+    // three times, which would hide what `repeats.tool_call` does.
+    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .args([
+            "calibrate",
+            "runs",
+            &fixture("runs.jsonl"),
+            "--sweep",
+            "detect.repeats.tool_call=1,2,3",
+            "--out-dir",
+            out_dir.to_str().unwrap(),
+        ])
+        .env("LOOPGUARD_DETECT__DEAD_ENDS__OCCURRENCES", "1000")
+        .output()
+        .expect("the loopguard binary runs");
     ok(&out);
     let report = read_json(&out_dir.join("report.json"));
     assert_eq!(

@@ -139,7 +139,11 @@ async fn acknowledged_events_survive_sigkill() {
                     events.saturating_sub(1),
                     "round {round}: {root} counter out of step with its events (seed {seed}): {v}"
                 );
-                assert_eq!(v["window"].as_array().unwrap().len() as u64, events.min(20));
+                let window = loopguard::Config::default().detect.window as u64;
+                assert_eq!(
+                    v["window"].as_array().unwrap().len() as u64,
+                    events.min(window)
+                );
             }
             assert!(
                 events <= applied[i] + maybe[i],

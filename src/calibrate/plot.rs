@@ -76,6 +76,8 @@ pub struct Chart {
     y: (f64, f64),
     legend: Corner,
     series: Vec<Series>,
+    /// Names of the x positions 0, 1, 2, ... in place of numeric ticks (bars over categories).
+    categories: Vec<String>,
 }
 
 impl Chart {
@@ -103,7 +105,14 @@ impl Chart {
             y: widen(y),
             legend: Corner::BottomRight,
             series: Vec::new(),
+            categories: Vec::new(),
         }
+    }
+
+    /// Label the x positions 0, 1, 2, ... with names instead of numbers (bars over categories).
+    pub fn categories(mut self, names: Vec<String>) -> Self {
+        self.categories = names;
+        self
     }
 
     pub fn legend(mut self, corner: Corner) -> Self {
@@ -217,7 +226,35 @@ impl Chart {
 
     fn axes(&self, s: &mut String) {
         let (x0, x1, y0, y1) = (LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM);
-        for t in ticks(self.x.0, self.x.1) {
+        // Category names that would overlap take turns over up to three rows.
+        let spacing = if self.categories.len() > 1 {
+            self.px(1.0) - self.px(0.0)
+        } else {
+            f64::INFINITY
+        };
+        let widest = self
+            .categories
+            .iter()
+            .map(|c| c.chars().count() as f64 * 6.2)
+            .fold(0.0, f64::max);
+        let rows = (1..=3).find(|r| widest <= *r as f64 * spacing).unwrap_or(3);
+        for (i, name) in self.categories.iter().enumerate() {
+            let x = self.px(i as f64);
+            let row = (i % rows) as f64 * 14.0;
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x:.1}" y1="{y1:.1}" x2="{x:.1}" y2="{:.1}" stroke="#555555"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}</text>"##,
+                y1 + 4.0,
+                y1 + 15.0 + row,
+                escape(name)
+            );
+        }
+        let x_ticks = if self.categories.is_empty() {
+            ticks(self.x.0, self.x.1)
+        } else {
+            Vec::new()
+        };
+        for t in x_ticks {
             let x = self.px(t);
             let _ = writeln!(
                 s,
@@ -242,13 +279,21 @@ impl Chart {
             x1 - x0,
             y1 - y0
         );
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            (x0 + x1) / 2.0,
-            HEIGHT - 14.0,
-            escape(&self.x_label)
-        );
+        // Three rows of category names leave no room for the axis label: the title says it.
+        if rows < 3 {
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                (x0 + x1) / 2.0,
+                HEIGHT
+                    - if self.categories.is_empty() {
+                        14.0
+                    } else {
+                        8.0
+                    },
+                escape(&self.x_label)
+            );
+        }
         let _ = writeln!(
             s,
             r#"<text x="16" y="{:.1}" text-anchor="middle" transform="rotate(-90 16 {:.1})">{}</text>"#,
@@ -532,6 +577,24 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("ROC &lt;all&gt;") && svg.contains("a &amp; b"));
         assert!(svg.contains("<polyline") && svg.contains("<rect"));
+    }
+
+    #[test]
+    fn categories_replace_numeric_ticks() {
+        let mut c = Chart::new("bars", "kind", "rate", (-0.5, 1.5), (0.0, 1.0))
+            .categories(vec!["same_error".into(), "a & b".into()]);
+        c.histogram(
+            Some("recall"),
+            PALETTE[0],
+            &[-0.3, 0.3, 0.7, 1.3],
+            &[0.5, 0.0, 1.0],
+        );
+        let svg = c.to_svg();
+        assert!(svg.contains(">same_error</text>") && svg.contains(">a &amp; b</text>"));
+        // No numeric x tick labels such as "0.5" under the axis.
+        assert!(!svg.contains(">0.5</text>"), "{svg}");
+        // Two bars (a zero height draws nothing) and the legend's swatch.
+        assert_eq!(svg.matches(r#"fill-opacity="0.35""#).count(), 3, "{svg}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod calibrate;
 mod compare;
+mod eval;
 mod loops;
 mod score;
 mod serve;
@@ -72,6 +73,10 @@ pub enum Command {
     /// baselines) or recorded runs (a sweep of settings); writes a report, charts and a config
     /// snippet.
     Calibrate(calibrate::CalibrateArgs),
+    /// Measure detection on labelled runs: precision, recall, F1, loops caught on time, early
+    /// alarms, delay, by kind and rewording, every miss and false alarm with the verdict behind
+    /// it; healthy control runs flagged; events sent to the judge; optional folds and sweep.
+    Eval(eval::EvalArgs),
 }
 
 pub fn init_logging(format: LogFormat, filter: &str) {
@@ -108,6 +113,7 @@ pub fn main() -> ExitCode {
         Command::Loops(cmd) => loops::run_loops(&cli, cmd),
         Command::Feedback(cmd) => loops::run_feedback(&cli, cmd),
         Command::Calibrate(args) => calibrate::run(&cli, args),
+        Command::Eval(args) => eval::run(&cli, args),
         Command::Openapi => load_config(cli.config.as_deref(), &[])
             .map(|c| print!("{}", crate::server::openapi::document_json(&c)))
             .map_err(|e| e.to_string()),

@@ -216,6 +216,9 @@ pub struct DeadEnds {
     pub same_attempt_window: usize,
     /// Work events searched for a repeated step with rewordings of one change between.
     pub span_window: usize,
+    /// Cosine at which two changes are the same change reworded, compared on what differs
+    /// between them.
+    pub change_similarity: f32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -224,6 +227,10 @@ pub struct Cycles {
     pub min_period: usize,
     pub max_period: usize,
     pub repetitions: usize,
+    /// Longer blocks of work replayed: periods above `max_period` up to this one.
+    pub replay_max_period: usize,
+    /// Consecutive events that must repeat their counterpart one long period back.
+    pub replay_streak: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -55,6 +55,53 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
         f.period = Some(p);
         return Some(f);
     }
+    replay(ctx, &work)
+}
+
+/// A long block of work replayed: the last `replay_streak` work events each repeat their
+/// counterpart one period back, for a period above `max_period`. A whole second period would
+/// come a dozen events too late; three steps of the same long sequence in the same order, each
+/// with the same outcome, is already a replay.
+fn replay(ctx: &Ctx<'_>, work: &[&Entry]) -> Option<Finding> {
+    let cfg = &ctx.cfg.cycles;
+    let n = work.len();
+    let streak = cfg.replay_streak.max(2);
+    for p in (cfg.max_period + 1)..=cfg.replay_max_period {
+        if n < p + streak {
+            break;
+        }
+        if !(0..streak).all(|i| same(work[n - 1 - i], work[n - 1 - i - p])) {
+            continue;
+        }
+        // A block of one or two things repeated is a repeat or a short cycle, not a replay.
+        let block = &work[n - p..];
+        let distinct = block
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| !block[..*i].iter().any(|o| e.is_same_as(o.seq)))
+            .count();
+        if distinct < 3 {
+            continue;
+        }
+        let continuing = ctx.state.cycle.filter(|run| run.period == p);
+        let counts = match continuing {
+            Some(run) => run.since_counted + 1 >= p,
+            None => true,
+        };
+        let matched = work[n - 1 - p].seq;
+        let mut f = Finding::new(
+            LoopKind::Cycle,
+            format!(
+                "the last {streak} actions replay, in order, a block of {p} actions (since seq {})",
+                work[n - p - streak].seq
+            ),
+        );
+        f.matched = Some(matched);
+        f.similarity = ctx.link(matched).and_then(|l| l.similarity());
+        f.counts = counts;
+        f.period = Some(p);
+        return Some(f);
+    }
     None
 }
 

@@ -12,11 +12,14 @@
 //!
 //! 1. **The same attempt, the same dead end**: within the last `same_attempt_window` work events,
 //!    calls that are the same attempt (equal but for numbers, or a cosine of at least
-//!    `attempt_similarity`) ending in the same outcome (its error lines equal, or equal but for
-//!    a quoted name: the same attempt failing on `'a'` then on `'b'` has learned nothing).
+//!    `attempt_similarity`) ending in the same outcome (its error lines equal; or equal but for
+//!    a quoted name when the call itself did not change: the same edit failing on `'a'` then on
+//!    `'b'` has learned nothing, while a changed call failing on the next name has moved on).
 //! 2. **One step failing the same way between rewordings of one change**: within the last
 //!    `span_window` work events, the same attempt ending in exactly the same error lines, with
-//!    everything between being rewordings of one another (edit, run, the edit reworded, run...).
+//!    everything between being rewordings of one another (edit, run, the edit reworded, run...):
+//!    the same call but for numbers, or what differs between two edits (their texts without the
+//!    prefix and suffix they share, [`changed_parts`]) at a cosine of `change_similarity`.
 //!    A different change between runs — a debugging script, a file read, another fix — is new
 //!    work, and the same failure after it is the next step of an investigation, not a loop.
 //!
@@ -112,7 +115,8 @@ pub fn wanted(cfg: &DeadEnds, state: &TaskState, entry: &Entry) -> Vec<u64> {
     let Some(o) = new.outcome else {
         return Vec::new();
     };
-    let recent = recent_work(state, cfg.span_window.saturating_sub(1));
+    let reach = cfg.span_window.max(cfg.same_attempt_window);
+    let recent = recent_work(state, reach.saturating_sub(1));
     // Calls whose keys already say "the same attempt" need no vector: an exact repeat stays on
     // the fast path.
     let candidates: Vec<u64> = recent
@@ -174,10 +178,14 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     let close: Vec<Attempt<'_>> = recent_work(ctx.state, cfg.same_attempt_window.saturating_sub(1))
         .into_iter()
         .filter_map(attempt)
-        .filter(|a| {
-            a.outcome
-                .is_some_and(|p| p.exact == o.exact || p.template == o.template)
-                && same_attempt(cfg, a.call, new.call)
+        .filter(|a| match a.outcome {
+            // The same error after the same attempt, reworded or not.
+            Some(p) if p.exact == o.exact => same_attempt(cfg, a.call, new.call),
+            // The same kind of error about another name: only when the attempt itself did not
+            // change (one line inserted at another place, the linter pointing at another name);
+            // an attempt that changed and now fails on something else has moved on.
+            Some(p) if p.template == o.template => same_by_keys(a.call, new.call),
+            _ => false,
         })
         .collect();
     if close.len() + 1 >= need {
@@ -213,11 +221,17 @@ struct Span {
     rewordings: bool,
 }
 
-fn span(ctx: &Ctx<'_>) -> Option<Span> {
-    let cfg = &ctx.cfg.dead_ends;
-    let new = attempt(ctx.entry)?;
+/// The runs of the same step ending exactly as the new event did, within the span window, and
+/// the work events between them (tool calls, oldest member onwards), or `None` when there are
+/// not enough runs or nothing between them.
+fn span_parts<'s>(
+    cfg: &DeadEnds,
+    state: &'s TaskState,
+    entry: &Entry,
+) -> Option<(Vec<u64>, Vec<&'s Entry>)> {
+    let new = attempt(entry)?;
     let o = new.outcome?;
-    let recent = recent_work(ctx.state, cfg.span_window.saturating_sub(1));
+    let recent = recent_work(state, cfg.span_window.saturating_sub(1));
     let is_member = |e: &Entry| {
         attempt(e).is_some_and(|a| {
             a.outcome.is_some_and(|p| p.exact == o.exact) && same_attempt(cfg, a.call, new.call)
@@ -233,24 +247,89 @@ fn span(ctx: &Ctx<'_>) -> Option<Span> {
     }
     let oldest = *members.iter().min()?;
     let between: Vec<&Entry> = recent
-        .iter()
+        .into_iter()
         .filter(|e| e.seq > oldest && !members.contains(&e.seq))
-        .copied()
         .collect();
-    if between.is_empty() {
-        return None;
-    }
-    let calls: Vec<&TextSig> = between
+    (!between.is_empty()).then_some((members, between))
+}
+
+/// What differs between two texts: each without the prefix and suffix they share. Two edits of
+/// one file by one tool share most of their words (the tool, the path, the argument names); what
+/// the change is about is what is left.
+pub fn changed_parts(a: &str, b: &str) -> (String, String) {
+    let prefix = a
+        .char_indices()
+        .zip(b.chars())
+        .find(|((_, x), y)| x != y)
+        .map_or(a.len().min(b.len()), |((i, _), _)| i);
+    let (ra, rb) = (&a[prefix..], &b[prefix.min(b.len())..]);
+    let suffix = ra
+        .chars()
+        .rev()
+        .zip(rb.chars().rev())
+        .take_while(|(x, y)| x == y)
+        .map(|(x, _)| x.len_utf8())
+        .sum::<usize>();
+    (
+        ra[..ra.len() - suffix.min(ra.len())].to_string(),
+        rb[..rb.len() - suffix.min(rb.len())].to_string(),
+    )
+}
+
+/// Pairs of calls between the runs of a failing step whose *changes* the span rule compares:
+/// `(seq, seq, what differs in the first, what differs in the second)`. The link stage embeds
+/// the texts and hands the cosines to the detectors ([`Ctx::change_cosines`]). Identical calls
+/// need no cosine.
+pub fn changes_to_compare(
+    cfg: &DeadEnds,
+    state: &TaskState,
+    entry: &Entry,
+) -> Vec<(u64, u64, String, String)> {
+    let Some((_, between)) = span_parts(cfg, state, entry) else {
+        return Vec::new();
+    };
+    let calls: Vec<(u64, &TextSig)> = between
         .iter()
-        .filter_map(|e| attempt(e).map(|a| a.call))
+        .filter_map(|e| attempt(e).map(|a| (a.seq, a.call)))
         .collect();
+    if calls.len() != between.len() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (i, (sa, a)) in calls.iter().enumerate() {
+        for (sb, b) in &calls[i + 1..] {
+            if same_by_keys(a, b) {
+                continue;
+            }
+            let (da, db) = changed_parts(&a.text, &b.text);
+            if !da.trim().is_empty() && !db.trim().is_empty() {
+                out.push((*sa, *sb, da, db));
+            }
+        }
+    }
+    out
+}
+
+fn span(ctx: &Ctx<'_>) -> Option<Span> {
+    let cfg = &ctx.cfg.dead_ends;
+    let (members, between) = span_parts(cfg, ctx.state, ctx.entry)?;
+    let calls: Vec<(u64, &TextSig)> = between
+        .iter()
+        .filter_map(|e| attempt(e).map(|a| (a.seq, a.call)))
+        .collect();
+    let alike = |(sa, a): &(u64, &TextSig), (sb, b): &(u64, &TextSig)| {
+        same_by_keys(a, b)
+            || ctx.change_cosines.iter().any(|(x, y, c)| {
+                ((x == sa && y == sb) || (x == sb && y == sa)) && *c >= cfg.change_similarity
+            })
+    };
+    // Everything between the runs must be a call that rewords another call between: one
+    // change, tried again and again.
     let rewordings = calls.len() == between.len()
-        && calls.iter().enumerate().all(|(i, c)| {
-            calls
-                .iter()
-                .enumerate()
-                .any(|(j, d)| i != j && same_attempt(cfg, c, d))
-        });
+        && calls
+            .iter()
+            .enumerate()
+            .all(|(i, c)| calls.iter().enumerate().any(|(j, d)| i != j && alike(c, d)));
     Some(Span {
         members,
         rewordings,

@@ -109,7 +109,8 @@ fn semantic_on(cfg: &DetectConfig, channel: Channel) -> bool {
 }
 
 /// Keys first, then the numbers guard, then the cosine.
-fn key_level(a: &TextSig, b: &TextSig) -> Option<Level> {
+fn key_level(channel: Channel, part: Part, a: &TextSig, b: &TextSig) -> Option<Level> {
+    let failure = channel == Channel::Failure && part == Part::Main;
     if a.exact == b.exact {
         Some(Level::Exact)
     } else if a.ids != b.ids {
@@ -117,8 +118,14 @@ fn key_level(a: &TextSig, b: &TextSig) -> Option<Level> {
         Some(Level::None)
     } else if a.norm == b.norm {
         Some(Level::Normalized)
-    } else if a.numbers != b.numbers {
+    } else if failure && a.template != 0 && a.template == b.template {
+        // One log template, other variables (a pid, a port, a host, a request id): the same
+        // failure.
+        Some(Level::Normalized)
+    } else if a.numbers != b.numbers && !failure {
         // A later page, a job further along, a different count: not the same observation.
+        // (Not for failures: numbers in an error are its variables, and test counts that move
+        // are progress or regression, which the metrics see.)
         Some(Level::None)
     } else {
         None
@@ -132,7 +139,7 @@ fn key_level(a: &TextSig, b: &TextSig) -> Option<Level> {
 /// score is `≥ t`: the engine compares it with `detect.similarity.*`, calibration sweeps `t`
 /// over labelled pairs — both through this one function.
 pub fn rule_score(channel: Channel, part: Part, a: &TextSig, b: &TextSig, cos: Option<f32>) -> f32 {
-    match key_level(a, b) {
+    match key_level(channel, part, a, b) {
         Some(l) if l.is_exact() => f32::INFINITY,
         _ if channel == Channel::Failure && part == Part::Main && contains_message(a, b) => {
             f32::INFINITY
@@ -151,7 +158,7 @@ fn level(
     thr: f32,
     grey: f32,
 ) -> (Level, Option<f32>) {
-    let key = key_level(a, b);
+    let key = key_level(channel, part, a, b);
     if let Some(l) = key.filter(|l| l.is_exact()) {
         return (l, None);
     }
@@ -235,10 +242,13 @@ pub fn exact_identity(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> bool 
         let (Some(a), Some(b)) = (main_sig(&e.body), main_sig(&w.body)) else {
             return false;
         };
-        let main = key_level(a, b).is_some_and(Level::is_exact)
+        let ch = e.body.channel();
+        let main = key_level(ch, Part::Main, a, b).is_some_and(Level::is_exact)
             || (e.body.channel() == Channel::Failure && contains_message(a, b));
         let result = match (result_of(&e.body), result_of(&w.body)) {
-            (Some(r1), Some(r2)) => key_level(&r1.sig, &r2.sig).is_some_and(Level::is_exact),
+            (Some(r1), Some(r2)) => {
+                key_level(ch, Part::Result, &r1.sig, &r2.sig).is_some_and(Level::is_exact)
+            }
             _ => true,
         };
         main && result
@@ -270,7 +280,7 @@ pub fn needed(cfg: &DetectConfig, state: &TaskState, e: &Entry, part: Part) -> V
         };
         match part {
             Part::Main => {
-                if same_tool(e, w) && key_level(a, b).is_none() {
+                if same_tool(e, w) && key_level(channel, Part::Main, a, b).is_none() {
                     if a.vector.is_none() {
                         push(TextAt::New(Part::Main));
                     }
@@ -294,7 +304,9 @@ pub fn needed(cfg: &DetectConfig, state: &TaskState, e: &Entry, part: Part) -> V
                     )
                     .0 >= Level::Grey;
                 let both_negative = r1.negative && r2.negative;
-                let open = key_level(&r1.sig, &r2.sig).is_none() && !r1.trivial && !r2.trivial;
+                let open = key_level(channel, Part::Result, &r1.sig, &r2.sig).is_none()
+                    && !r1.trivial
+                    && !r2.trivial;
                 if open && (call_may_match || both_negative) {
                     if r1.sig.vector.is_none() {
                         push(TextAt::New(Part::Result));
@@ -329,6 +341,21 @@ pub fn attempts_needed(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<
         }
     }
     out
+}
+
+/// A call checked before it runs (no result yet) says nothing about its outcome, so it is only
+/// the same as an earlier call when nothing went right in between: a success (a call that
+/// returned something, not an error or a "nothing found") or a sign of progress after `w` means
+/// the world moved, and running the call again is the next step, not a repeat.
+fn checked_after_success(state: &TaskState, e: &Entry, w: &Entry) -> bool {
+    if !matches!(e.body, EntryBody::ToolCall { result: None, .. }) {
+        return false;
+    }
+    state.progress_since(w.seq).is_some()
+        || state.window.iter().filter(|x| x.seq > w.seq).any(|x| {
+            matches!(&x.body, EntryBody::ToolCall { result: Some(r), passive: false, .. }
+                if !r.failed && !r.negative && r.outcome.is_none())
+        })
 }
 
 /// Compare the new event with every comparable window entry, oldest first.
@@ -411,7 +438,8 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
         );
         let same = text.is_match()
             && result.is_none_or(Level::is_match)
-            && (text.is_exact() || !both_trivial);
+            && (text.is_exact() || !both_trivial)
+            && !checked_after_success(state, e, w);
         out.push(Link {
             seq: w.seq,
             text,
@@ -530,14 +558,15 @@ mod tests {
         }
 
         /// Texts whose numbers differ are never the same by their cosine: a later page or a job
-        /// further along is new information. (Equal keys or one failure message inside the other
-        /// still decide.)
+        /// further along is new information. A failure's numbers are its variables instead: one
+        /// template, other numbers, is the same failure.
         #[test]
         fn other_numbers_never_match_by_cosine(a in text(), n in 0u32..1000, m in 0u32..1000, (ch, part) in channel()) {
             prop_assume!(n != m);
             let (x, y) = (format!("{a} {n} left"), format!("{a} {m} left"));
             let (sx, sy) = (compared_text(ch, part, &x, 500), compared_text(ch, part, &y, 500));
-            prop_assert_eq!(rule_score(ch, part, &sx, &sy, Some(1.0)), f32::NEG_INFINITY);
+            let want = if ch == Channel::Failure { f32::INFINITY } else { f32::NEG_INFINITY };
+            prop_assert_eq!(rule_score(ch, part, &sx, &sy, Some(-1.0)), want);
         }
 
         /// A tool call on another resource is other work, whatever the cosine.

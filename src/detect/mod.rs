@@ -122,6 +122,10 @@ pub struct Ctx<'a> {
     pub step_entered: Option<(String, u32)>,
     /// Events of the task so far, this one included (the budget).
     pub events_total: u64,
+    /// How alike the *changes* of pairs of earlier calls are: the cosine of what differs between
+    /// their texts, computed by the link stage for the dead-end rules
+    /// ([`dead_end::changes_to_compare`]).
+    pub change_cosines: &'a [(u64, u64, f32)],
 }
 
 impl<'a> Ctx<'a> {
@@ -235,6 +239,42 @@ pub fn grey_candidate<'l>(ctx: &'l Ctx<'_>) -> Option<&'l Link> {
             a.similarity()
                 .unwrap_or(0.0)
                 .total_cmp(&b.similarity().unwrap_or(0.0))
+        })
+}
+
+/// For a verdict that is not a loop, the earlier event the new one came closest to repeating:
+/// a live link that is the same event (no detector counted it), else the one whose call, message
+/// or result reached the grey band or more, the strongest first. Two acknowledgements ("", "OK")
+/// alike say nothing, so a result alone counts only when it is not trivial on both sides. This is
+/// the near miss a reader of a missed loop looks for first.
+pub fn nearest<'l>(state: &TaskState, entry: &Entry, links: &'l [Link]) -> Option<&'l Link> {
+    let trivial = |e: &Entry| match &e.body {
+        crate::state::EntryBody::ToolCall {
+            result: Some(r), ..
+        } => r.trivial,
+        _ => false,
+    };
+    let result_counts = |l: &Link| {
+        l.result.is_some_and(|r| r >= Level::Grey)
+            && !(trivial(entry) && state.entry(l.seq).is_some_and(trivial))
+    };
+    let strength = |l: &Link| {
+        let result = if result_counts(l) {
+            l.result.unwrap_or(Level::None)
+        } else {
+            Level::None
+        };
+        (l.same, l.text.max(result))
+    };
+    links
+        .iter()
+        .filter(|l| !l.stale && (l.same || l.text >= Level::Grey || result_counts(l)))
+        .max_by(|a, b| {
+            strength(a).cmp(&strength(b)).then(
+                a.similarity()
+                    .unwrap_or(1.0)
+                    .total_cmp(&b.similarity().unwrap_or(1.0)),
+            )
         })
 }
 

@@ -21,6 +21,7 @@ pub(crate) struct Scene {
 pub(crate) struct Probe {
     pub entry: Entry,
     pub links: Vec<Link>,
+    pub change_cosines: Vec<(u64, u64, f32)>,
     pub metrics: Option<MetricsObs>,
     pub step_entered: Option<(String, u32)>,
 }
@@ -81,9 +82,15 @@ impl Scene {
         {
             self.state.add_progress(seq, reason);
         }
+        let change_cosines =
+            super::dead_end::changes_to_compare(&self.cfg.detect.dead_ends, &self.state, &entry)
+                .into_iter()
+                .map(|(a, b, ta, tb)| (a, b, crate::embed::cosine(&stub(&ta), &stub(&tb))))
+                .collect();
         Probe {
             entry,
             links,
+            change_cosines,
             metrics: obs.metrics,
             step_entered,
         }
@@ -98,6 +105,7 @@ impl Scene {
             metrics: p.metrics,
             step_entered: p.step_entered.clone(),
             events_total: self.state.events_total,
+            change_cosines: &p.change_cosines,
         }
     }
 

@@ -46,6 +46,26 @@ impl Engine {
                 }
             }
         }
+        // The span rule asks whether the changes between runs of a failing step are one change
+        // reworded: compare what differs between them (a fourth round, rare).
+        let pairs =
+            crate::detect::dead_end::changes_to_compare(&detect.dead_ends, state, &pass.entry);
+        if !pairs.is_empty() {
+            let texts: Vec<String> = pairs
+                .iter()
+                .flat_map(|(_, _, a, b)| [a.clone(), b.clone()])
+                .collect();
+            let started = Instant::now();
+            let vectors = self.embedder.embed(&texts).await?;
+            pass.timings.embed_secs += started.elapsed().as_secs_f64();
+            pass.timings.texts_embedded += texts.len();
+            pass.timings.used_model = true;
+            pass.change_cosines = pairs
+                .iter()
+                .zip(vectors.chunks(2))
+                .map(|((a, b, _, _), v)| (*a, *b, crate::embed::cosine(&v[0], &v[1])))
+                .collect();
+        }
         pass.timed_detect(|pass| {
             pass.links = matching::links(detect, state, &pass.entry);
             let entry = &mut pass.entry;

@@ -100,6 +100,8 @@ pub(crate) struct Pass {
     /// The workflow step this event enters, and how often it has been entered.
     pub step_entered: Option<(String, u32)>,
     pub links: Vec<Link>,
+    /// Cosines of the changes of pairs of earlier calls (see [`Ctx::change_cosines`]).
+    pub change_cosines: Vec<(u64, u64, f32)>,
     pub finding: Option<Finding>,
     /// Why the event is not a loop when a veto, the judge or the fallback cleared it.
     pub cleared: Option<String>,
@@ -120,6 +122,7 @@ impl Pass {
             metrics: self.metrics,
             step_entered: self.step_entered.clone(),
             events_total: state.events_total,
+            change_cosines: &self.change_cosines,
         }
     }
 

@@ -8,8 +8,8 @@ use crate::detect::matching::Part;
 use crate::event::{Envelope, Event};
 use crate::signature::{
     args_text, canonical_json, classify, head_tail, is_negative_result, is_trivial_result, key64,
-    normalize, numbers, outcome_of, output_text, resource_ids, sha256_hex, FailureSignature,
-    TestMetrics,
+    normalize, numbers, outcome_of, output_text, resource_ids, sha256_hex, template_key,
+    FailureSignature, TestMetrics,
 };
 use crate::state::{
     Channel, Entry, EntryBody, MetricsObs, ResultSig, TextSig, MAX_NUMBERS, METRICS_FROM_FAILURES,
@@ -62,6 +62,7 @@ pub(crate) fn begin(
         external,
         step_entered: None,
         links: Vec::new(),
+        change_cosines: Vec::new(),
         finding: None,
         cleared: None,
         judge: None,
@@ -82,18 +83,23 @@ pub fn text_sig(exact_text: &str, max_chars: usize) -> TextSig {
         text: head_tail(&normalized, max_chars),
         numbers: nums,
         ids: Vec::new(),
+        template: 0,
         vector: None,
     }
 }
 
 /// A text as the engine compares it on `channel`: a tool call also carries the resources it
-/// names (file names, long hex ids, UUIDs), which must agree for two calls to be the same.
+/// names (file names, long hex ids, UUIDs), which must agree for two calls to be the same; a
+/// failure, its template (one log line with other variables is the same failure).
 /// Calibration prepares labelled pairs with this too, so it measures the engine's own rule.
 pub fn compared_text(channel: Channel, part: Part, text: &str, max_chars: usize) -> TextSig {
     let mut sig = text_sig(text, max_chars);
     if channel == Channel::ToolCall && part == Part::Main {
         sig.ids = resource_ids(text);
         sig.ids.truncate(MAX_IDS);
+    }
+    if channel == Channel::Failure && part == Part::Main {
+        sig.template = template_key(text);
     }
     sig
 }
@@ -118,7 +124,7 @@ pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
                 hash: s.hash.clone(),
             });
             EntryBody::Failure {
-                sig: text_sig(&f.message, max),
+                sig: compared_text(Channel::Failure, Part::Main, &f.message, max),
                 error_type: s.error_type,
                 external,
                 // Both can be taken from a long message; the task state keeps them bounded.

@@ -76,7 +76,17 @@ pub(super) fn decide(cfg: &Config, state: &mut TaskState, pass: &mut Pass) -> De
                 "no loop".to_string()
             }
         });
-        return Decision::proceed(reason);
+        let mut d = Decision::proceed(reason);
+        // Not a loop: name the closest earlier event, the near miss a reader looks for.
+        if let Some(l) = crate::detect::nearest(state, &pass.entry, &pass.links) {
+            d.matched = state.entry(l.seq).map(|e| Matched {
+                seq: l.seq,
+                text: e.body.display_text(),
+                similarity: l.similarity(),
+            });
+            d.similarity = l.similarity();
+        }
+        return d;
     };
     let r = respond(
         &cfg.policy,

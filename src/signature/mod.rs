@@ -14,7 +14,7 @@ mod outcome;
 mod results;
 
 pub use normalize::*;
-pub use outcome::{error_lines, outcome_of, Outcome};
+pub use outcome::{error_lines, outcome_of, template_key, Outcome};
 pub use results::*;
 
 use regex::Regex;

@@ -137,6 +137,19 @@ fn key_of(lines: &[String], quotes: bool) -> u64 {
     key64(&masked.join("\n"))
 }
 
+/// The key of a failure message's template: the message with paths, numbers, hosts and ids
+/// masked (quoted values kept: `KeyError: 'name'` and `'id'` are two failures), as log-template
+/// mining does for log lines. One template with other variables is the same failure.
+pub fn template_key(message: &str) -> u64 {
+    let clean = ANSI.replace_all(message, "");
+    let lines: Vec<String> = clean
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| mask(l, false))
+        .collect();
+    key64(&lines.join("\n"))
+}
+
 /// The outcome of an output, if it ends in an error or a "nothing found".
 pub fn outcome_of(output: &str) -> Option<Outcome> {
     let lines = error_lines(output);

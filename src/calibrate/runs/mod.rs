@@ -215,7 +215,7 @@ pub struct DelayStats {
 }
 
 impl DelayStats {
-    fn of(mut delays: Vec<i64>) -> DelayStats {
+    pub fn of(mut delays: Vec<i64>) -> DelayStats {
         delays.sort_unstable();
         let n = delays.len();
         if n == 0 {

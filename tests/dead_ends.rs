@@ -1,0 +1,200 @@
+//! Dead ends and replays — the rules that catch real agents' reworded loops — on the real model
+//! and the default configuration: the same attempt, however reworded, ending where it ended
+//! before; one change re-sent between runs of a failing step; a long block of work replayed. And
+//! the legitimate repetition next to each that must stay quiet.
+
+mod common;
+
+use common::*;
+use loopguard::verdict::LoopKind;
+use loopguard::Config;
+use serde_json::json;
+
+fn first_loop(vs: &[loopguard::Verdict]) -> Option<usize> {
+    vs.iter().position(|v| v.is_loop)
+}
+
+fn bash(command: &str, output: &str, is_error: bool) -> loopguard::Envelope {
+    call_with("t", "bash", json!({ "command": command }), output, is_error)
+}
+
+fn edit(file: &str, lines: &str, code: &str) -> loopguard::Envelope {
+    call_with(
+        "t",
+        "edit",
+        json!({ "file": file, "lines": lines, "replacement": code }),
+        "File updated.",
+        false,
+    )
+}
+
+const TRACEBACK: &str = "Traceback (most recent call last):\n  File \"/repo/reproduce.py\", line 7, in <module>\n    print(fmt.render(table))\n  File \"/repo/src/fmt.py\", line 88, in render\n    return sep.join(cells)\nTypeError: sequence item 1: expected str instance, int found";
+
+#[tokio::test]
+async fn one_attempt_reworded_ending_in_the_same_error_is_a_dead_end() {
+    // Recorded agents often report a traceback as plain output (no error flag): the same
+    // attempt, reworded, ending in the same error three times is still a dead end.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            bash("cd /repo && python reproduce.py", TRACEBACK, false),
+            bash("cd /repo && python3 reproduce.py", TRACEBACK, false),
+            bash("cd /repo && python reproduce.py 2>&1", TRACEBACK, false),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
+    assert_eq!(vs[2].kind, LoopKind::SameError, "{vs:#?}");
+    assert!(
+        vs[2].reason.contains("attempts at the same step"),
+        "{}",
+        vs[2].reason
+    );
+}
+
+#[tokio::test]
+async fn different_attempts_ending_in_the_same_output_error_are_not_a_dead_end() {
+    // Different steps (run the script, run the tests, import the module) that all show one
+    // error: the agent is probing, and without a judge that is not an alarm.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            bash("cd /repo && python reproduce.py", TRACEBACK, false),
+            bash("python -m pytest tests/test_fmt.py -q", TRACEBACK, false),
+            bash("python -c 'import fmt; fmt.render([1])'", TRACEBACK, false),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
+async fn one_change_resent_between_runs_of_a_failing_step_is_a_dead_end() {
+    // The agent rewrites one function three times, each time a rewording of the same fix, and
+    // the test fails exactly as before after each.
+    let rewrites = [
+        "def render(table):\n    cells = [str(c) for c in table]\n    return sep.join(cells)",
+        "def render(table):\n    cells = list(map(str, table))\n    return sep.join(cells)",
+        "def render(table):\n    cells = [f'{c}' for c in table]\n    return sep.join(cells)",
+    ];
+    let mut events = Vec::new();
+    for (i, code) in rewrites.iter().enumerate() {
+        events.push(edit("src/fmt.py", &format!("{}:{}", 86 + i, 88 + i), code));
+        events.push(bash(
+            "python -m pytest tests/test_fmt.py -x -q",
+            "FAILED tests/test_fmt.py::test_render - AssertionError: assert 'a|1' == 'a | 1'",
+            true,
+        ));
+    }
+    let e = engine(Config::default());
+    let vs = feed(&e, events).await;
+    assert_eq!(first_loop(&vs), Some(5), "{vs:#?}");
+    assert_eq!(vs[5].kind, LoopKind::SameError, "{vs:#?}");
+    assert!(
+        vs[5].reason.contains("rewordings of one change"),
+        "{}",
+        vs[5].reason
+    );
+}
+
+#[tokio::test]
+async fn different_fixes_between_runs_of_a_failing_step_are_not_a_loop() {
+    // Three different fixes, each followed by the same failing test: work, not a loop (the
+    // judge is asked whether the changes are going anywhere; without one, no alarm).
+    let fixes = [
+        "def render(table):\n    cells = [str(c) for c in table]\n    return sep.join(cells)",
+        "SEPARATOR = ' | '\nsep = SEPARATOR",
+        "class Table:\n    def __iter__(self):\n        return iter(self.rows)",
+    ];
+    let files = ["src/fmt.py", "src/config.py", "src/table.py"];
+    let mut events = Vec::new();
+    for (code, file) in fixes.iter().zip(files) {
+        events.push(edit(file, "10:12", code));
+        events.push(bash(
+            "python -m pytest tests/test_fmt.py -x -q",
+            "FAILED tests/test_fmt.py::test_render - AssertionError: assert 'a|1' == 'a | 1'",
+            true,
+        ));
+    }
+    let e = engine(Config::default());
+    let vs = feed(&e, events).await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
+async fn the_same_failure_after_each_fix_that_moved_on_is_progress() {
+    // The error's template stays ("No module named …"), the name changes after each install:
+    // the attempt moved on, so this is not the same error.
+    let mut events = Vec::new();
+    for m in ["requests", "yaml", "toml"] {
+        events.push(bash(
+            "python app.py",
+            &format!("ModuleNotFoundError: No module named '{m}'"),
+            true,
+        ));
+        events.push(bash(
+            &format!("pip install {m}"),
+            &format!("Successfully installed {m}-1.0"),
+            false,
+        ));
+    }
+    let e = engine(Config::default());
+    let vs = feed(&e, events).await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
+async fn a_long_block_of_work_replayed_is_a_cycle_before_its_second_period_ends() {
+    let block = [
+        bash("python reproduce.py", "count: 3 (expected 4)", false),
+        bash(
+            "grep -n 'def count' src/stats.py",
+            "41:def count(rows):",
+            false,
+        ),
+        bash(
+            "sed -n 35,60p src/stats.py",
+            "def count(rows):\n    return len(rows) - 1",
+            false,
+        ),
+        bash(
+            "cat tests/test_stats.py",
+            "def test_count(): assert count([1,2,3,4]) == 4",
+            false,
+        ),
+        bash("python -m pytest tests/test_stats.py -q", "1 failed", true),
+        bash("git diff", "", false),
+        bash("ls src", "stats.py utils.py", false),
+    ];
+    let mut events: Vec<_> = block.to_vec();
+    events.extend(block.iter().take(4).cloned());
+    let e = engine(Config::default());
+    let vs = feed(&e, events).await;
+    // The third replayed step in a row (index 7 + 2) is the alarm, not the end of the period.
+    assert_eq!(first_loop(&vs), Some(9), "{vs:#?}");
+    assert_eq!(vs[9].kind, LoopKind::Cycle, "{vs:#?}");
+    assert!(vs[9].reason.contains("block of 7"), "{}", vs[9].reason);
+}
+
+#[tokio::test]
+async fn a_long_routine_with_new_results_each_time_is_not_a_replay() {
+    // The same routine (run, inspect, edit, run) on different inputs: new results every time.
+    let mut events = Vec::new();
+    for (i, case) in ["empty", "unicode", "nested", "large"].iter().enumerate() {
+        events.push(bash(
+            &format!("python check.py --case {case}"),
+            &format!("case {case}: {} ok", i * 7 + 3),
+            false,
+        ));
+        events.push(bash(
+            &format!("cat out/{case}.json | head"),
+            &format!("{{\"case\": \"{case}\", \"rows\": {}}}", i * 11),
+            false,
+        ));
+    }
+    let e = engine(Config::default());
+    let vs = feed(&e, events).await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
