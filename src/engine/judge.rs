@@ -141,7 +141,9 @@ pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Q
         // about every grey-band call flagged 11 of the 178 healthy runs with a judge that
         // always says "no progress").
         let dead_end = match &ctx.entry.body {
-            EntryBody::ToolCall { result: Some(r), .. } => r.negative || r.outcome.is_some(),
+            EntryBody::ToolCall {
+                result: Some(r), ..
+            } => r.negative || r.outcome.is_some(),
             EntryBody::ToolCall { result: None, .. } => false,
             _ => true,
         };
