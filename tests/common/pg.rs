@@ -113,6 +113,32 @@ fn pg_command(bin: &Path, program: &str) -> Command {
     cmd
 }
 
+/// Spawn `cmd` from a thread that lives as long as the test binary. The parent-death signal
+/// of [`pg_command`] fires when the *thread* that spawned the child exits, and every test runs
+/// on a thread of its own: a cluster shared by the tests would die with the first test.
+fn spawn_from_keeper(mut cmd: Command) -> std::io::Result<Child> {
+    type Job = Box<dyn FnOnce() + Send>;
+    static KEEPER: OnceLock<Mutex<std::sync::mpsc::Sender<Job>>> = OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::spawn(move || {
+            for job in rx {
+                job();
+            }
+        });
+        Mutex::new(tx)
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    keeper
+        .lock()
+        .unwrap()
+        .send(Box::new(move || {
+            let _ = tx.send(cmd.spawn());
+        }))
+        .expect("the keeper thread runs");
+    rx.recv().expect("the keeper thread answers")
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -176,8 +202,8 @@ impl Cluster {
         let mut child = self.child.lock().unwrap();
         assert!(child.is_none(), "the server is already running");
         let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
-        let spawned = pg_command(&self.bin, "postgres")
-            .arg("-D")
+        let mut cmd = pg_command(&self.bin, "postgres");
+        cmd.arg("-D")
             .arg(self.dir.path().join("data"))
             .args(["-p", &self.port.to_string(), "-k"])
             .arg(self.dir.path())
@@ -192,9 +218,8 @@ impl Cluster {
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start postgres");
+            .stderr(log);
+        let spawned = spawn_from_keeper(cmd).expect("start postgres");
         *child = Some(spawned);
         drop(child);
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -344,7 +369,9 @@ impl Postgres {
             N.fetch_add(1, Ordering::Relaxed)
         );
         let admin = self.url_of("postgres");
-        let create = format!("CREATE DATABASE {name}");
+        // template0: CREATE DATABASE copies its template and refuses while another session is
+        // connected to it, which concurrent tests on template1 would be.
+        let create = format!("CREATE DATABASE {name} TEMPLATE template0");
         block_on(async move {
             use sqlx::{Connection, Executor};
             let mut c = sqlx::PgConnection::connect(&admin)
