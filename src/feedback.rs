@@ -89,75 +89,124 @@ fn pair_kind(event_type: &str) -> &'static str {
 
 #[derive(Debug, thiserror::Error)]
 #[error("feedback storage: {0}")]
-pub struct FeedbackError(String);
+pub struct FeedbackError(pub String);
 
-/// Where feedback is kept: a sled tree, or memory.
+pub type FeedbackFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, FeedbackError>> + Send + 'a>>;
+
+/// Where feedback records persist: memory, a sled tree, or a database shared by replicas.
+pub trait FeedbackLog: Send + Sync {
+    /// Store a record, giving it the next id.
+    fn add(&self, record: FeedbackRecord) -> FeedbackFuture<'_, FeedbackRecord>;
+    /// Every record, oldest first.
+    fn list(&self) -> FeedbackFuture<'_, Vec<FeedbackRecord>>;
+    /// Make every record added so far durable.
+    fn flush(&self) -> FeedbackFuture<'_, ()>;
+}
+
+/// Where feedback is kept.
 pub struct FeedbackStore {
-    tree: Option<sled::Tree>,
-    memory: Mutex<Vec<FeedbackRecord>>,
+    log: Box<dyn FeedbackLog>,
+}
+
+fn ready<'a, T: Send + 'a>(v: Result<T, FeedbackError>) -> FeedbackFuture<'a, T> {
+    Box::pin(std::future::ready(v))
+}
+
+fn err(e: impl std::fmt::Display) -> FeedbackError {
+    FeedbackError(e.to_string())
+}
+
+#[derive(Default)]
+struct InMemory(Mutex<Vec<FeedbackRecord>>);
+
+impl FeedbackLog for InMemory {
+    fn add(&self, mut record: FeedbackRecord) -> FeedbackFuture<'_, FeedbackRecord> {
+        let mut m = self.0.lock().expect("feedback lock");
+        record.id = m.len() as u64 + 1;
+        m.push(record.clone());
+        ready(Ok(record))
+    }
+
+    fn list(&self) -> FeedbackFuture<'_, Vec<FeedbackRecord>> {
+        ready(Ok(self.0.lock().expect("feedback lock").clone()))
+    }
+
+    fn flush(&self) -> FeedbackFuture<'_, ()> {
+        ready(Ok(()))
+    }
+}
+
+/// One key per record, its id big-endian.
+struct SledFeedback(sled::Tree);
+
+impl FeedbackLog for SledFeedback {
+    fn add(&self, mut record: FeedbackRecord) -> FeedbackFuture<'_, FeedbackRecord> {
+        let tree = &self.0;
+        let add = || {
+            record.id = tree
+                .last()
+                .map_err(err)?
+                .map(|(k, _)| u64::from_be_bytes(k.as_ref().try_into().unwrap_or([0; 8])) + 1)
+                .unwrap_or(1);
+            let v = serde_json::to_vec(&record).map_err(err)?;
+            tree.insert(record.id.to_be_bytes(), v).map_err(err)?;
+            Ok(record)
+        };
+        ready(add())
+    }
+
+    fn list(&self) -> FeedbackFuture<'_, Vec<FeedbackRecord>> {
+        ready(
+            self.0
+                .iter()
+                .map(|item| {
+                    let (_, v) = item.map_err(err)?;
+                    serde_json::from_slice(&v).map_err(err)
+                })
+                .collect(),
+        )
+    }
+
+    fn flush(&self) -> FeedbackFuture<'_, ()> {
+        // Not flush_async: concurrent calls deadlock in sled 0.34 (see store::sled).
+        let tree = self.0.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || tree.flush())
+                .await
+                .map_err(err)?
+                .map_err(err)?;
+            Ok(())
+        })
+    }
 }
 
 impl FeedbackStore {
     pub fn in_memory() -> Self {
-        FeedbackStore {
-            tree: None,
-            memory: Mutex::new(Vec::new()),
-        }
+        FeedbackStore::with_log(Box::new(InMemory::default()))
     }
 
+    /// In a sled tree (the embedded store's database).
     pub fn open(tree: sled::Tree) -> Self {
-        FeedbackStore {
-            tree: Some(tree),
-            memory: Mutex::new(Vec::new()),
-        }
+        FeedbackStore::with_log(Box::new(SledFeedback(tree)))
+    }
+
+    pub fn with_log(log: Box<dyn FeedbackLog>) -> Self {
+        FeedbackStore { log }
     }
 
     /// Store a record, giving it an id.
-    pub fn add(&self, mut record: FeedbackRecord) -> Result<FeedbackRecord, FeedbackError> {
-        match &self.tree {
-            Some(tree) => {
-                record.id = tree
-                    .last()
-                    .map_err(|e| FeedbackError(e.to_string()))?
-                    .map(|(k, _)| u64::from_be_bytes(k.as_ref().try_into().unwrap_or([0; 8])) + 1)
-                    .unwrap_or(1);
-                let v = serde_json::to_vec(&record).map_err(|e| FeedbackError(e.to_string()))?;
-                tree.insert(record.id.to_be_bytes(), v)
-                    .map_err(|e| FeedbackError(e.to_string()))?;
-            }
-            None => {
-                let mut m = self.memory.lock().expect("feedback lock");
-                record.id = m.len() as u64 + 1;
-                m.push(record.clone());
-            }
-        }
-        Ok(record)
+    pub async fn add(&self, record: FeedbackRecord) -> Result<FeedbackRecord, FeedbackError> {
+        self.log.add(record).await
     }
 
     /// Every record, oldest first.
-    pub fn list(&self) -> Result<Vec<FeedbackRecord>, FeedbackError> {
-        match &self.tree {
-            Some(tree) => tree
-                .iter()
-                .map(|item| {
-                    let (_, v) = item.map_err(|e| FeedbackError(e.to_string()))?;
-                    serde_json::from_slice(&v).map_err(|e| FeedbackError(e.to_string()))
-                })
-                .collect(),
-            None => Ok(self.memory.lock().expect("feedback lock").clone()),
-        }
+    pub async fn list(&self) -> Result<Vec<FeedbackRecord>, FeedbackError> {
+        self.log.list().await
     }
 
     pub async fn flush(&self) -> Result<(), FeedbackError> {
-        if let Some(tree) = &self.tree {
-            // Not flush_async: concurrent calls deadlock in sled 0.34 (see store::sled).
-            let tree = tree.clone();
-            tokio::task::spawn_blocking(move || tree.flush())
-                .await
-                .map_err(|e| FeedbackError(e.to_string()))?
-                .map_err(|e| FeedbackError(e.to_string()))?;
-        }
-        Ok(())
+        self.log.flush().await
     }
 }
 

@@ -1,8 +1,42 @@
-//! The service end to end: the real binary on a free port, the real model, durable state.
+//! The service end to end: the real binary on a free port, the real model, durable state; every
+//! test on the embedded store and again on PostgreSQL (`postgres::*`, see tests/common/pg.rs).
 
 mod common;
 
-use common::{http_client, Server};
+use common::{http_client, Backend, Server};
+
+/// Each test, once per store: `embedded::<name>` and `postgres::<name>`.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&super::Backend::embedded()).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(backend) = super::Backend::postgres() else { return };
+                    super::$name(&backend).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    reworded_failures_loop_and_pause_at_the_gate_then_reset_clears_it,
+    a_subtask_counts_toward_its_parent,
+    state_survives_a_graceful_restart,
+    concurrent_load_never_hangs,
+    openapi_and_operational_endpoints_answer,
+    protocol_errors_hyper_answers_itself_have_the_json_error_body,
+    slow_and_idle_connections_are_closed_and_readyz_stays_answered,
+);
 use serde_json::{json, Value};
 
 async fn post(client: &reqwest::Client, s: &Server, body: Value) -> (u16, Value) {
@@ -25,10 +59,8 @@ const REWORDED: [&str; 3] = [
     "TypeError: undefined has no properties (reading 'name') — UserCard component",
 ];
 
-#[tokio::test]
-async fn reworded_failures_loop_and_pause_at_the_gate_then_reset_clears_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &["--set", "policy.gate_at=2"]);
+async fn reworded_failures_loop_and_pause_at_the_gate_then_reset_clears_it(backend: &Backend) {
+    let s = backend.start(&["--set", "policy.gate_at=2"]);
     let client = http_client();
     s.ready(&client).await;
     let mut verdicts = Vec::new();
@@ -74,10 +106,8 @@ async fn reworded_failures_loop_and_pause_at_the_gate_then_reset_clears_it() {
     );
 }
 
-#[tokio::test]
-async fn a_subtask_counts_toward_its_parent() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &[]);
+async fn a_subtask_counts_toward_its_parent(backend: &Backend) {
+    let s = backend.start(&[]);
     let client = http_client();
     s.ready(&client).await;
     for (i, m) in REWORDED.iter().enumerate() {
@@ -92,12 +122,10 @@ async fn a_subtask_counts_toward_its_parent() {
     assert_eq!(sub["loop_count"], 2);
 }
 
-#[tokio::test]
-async fn state_survives_a_graceful_restart() {
-    let dir = tempfile::tempdir().unwrap();
+async fn state_survives_a_graceful_restart(backend: &Backend) {
     let client = http_client();
     {
-        let mut s = Server::start(dir.path(), &[]);
+        let mut s = backend.start(&[]);
         s.ready(&client).await;
         for _ in 0..3 {
             post(
@@ -110,7 +138,7 @@ async fn state_survives_a_graceful_restart() {
         let status = s.terminate();
         assert!(status.success(), "clean exit on SIGTERM: {status:?}");
     }
-    let s = Server::start(dir.path(), &[]);
+    let s = backend.start(&[]);
     s.ready(&client).await;
     let t: Value = s.get_json(&client, "/v1/tasks/durable").await;
     assert_eq!(t["events_total"], 3);
@@ -129,13 +157,8 @@ async fn state_survives_a_graceful_restart() {
 
 /// Many concurrent acknowledgements share fsyncs and never hang (sled 0.34's concurrent
 /// flush_async deadlocked under exactly this load; see store::sled::Flusher).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_load_never_hangs() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        dir.path(),
-        &["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"],
-    );
+async fn concurrent_load_never_hangs(backend: &Backend) {
+    let s = backend.start(&["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"]);
     let client = http_client();
     let mut handles = Vec::new();
     for w in 0..64 {
@@ -169,10 +192,8 @@ async fn concurrent_load_never_hangs() {
     assert_eq!(t["loop_count"], 29);
 }
 
-#[tokio::test]
-async fn openapi_and_operational_endpoints_answer() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &[]);
+async fn openapi_and_operational_endpoints_answer(backend: &Backend) {
+    let s = backend.start(&[]);
     let client = http_client();
     assert_eq!(
         client.get(s.url("/livez")).send().await.unwrap().status(),
@@ -239,10 +260,8 @@ async fn raw(s: &Server, request: &[u8]) -> (u16, Value) {
     )
 }
 
-#[tokio::test]
-async fn protocol_errors_hyper_answers_itself_have_the_json_error_body() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &["--set", "server.max_header_bytes=100000"]);
+async fn protocol_errors_hyper_answers_itself_have_the_json_error_body(backend: &Backend) {
+    let s = backend.start(&["--set", "server.max_header_bytes=100000"]);
     let client = http_client();
     s.ready(&client).await;
     let big_header = format!(
@@ -270,22 +289,17 @@ async fn protocol_errors_hyper_answers_itself_have_the_json_error_body() {
 
 /// Slow headers, silent sockets and idle keep-alives are closed by the server, and while they
 /// are held (more of them than the connection cap) `/readyz` is still answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slow_and_idle_connections_are_closed_and_readyz_stays_answered() {
+async fn slow_and_idle_connections_are_closed_and_readyz_stays_answered(backend: &Backend) {
     use std::time::{Duration, Instant};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        dir.path(),
-        &[
-            "--set",
-            "server.header_read_timeout_ms=700",
-            "--set",
-            "server.idle_timeout_secs=1",
-            "--set",
-            "server.max_connections=8",
-        ],
-    );
+    let s = backend.start(&[
+        "--set",
+        "server.header_read_timeout_ms=700",
+        "--set",
+        "server.idle_timeout_secs=1",
+        "--set",
+        "server.max_connections=8",
+    ]);
     let client = http_client();
     s.ready(&client).await;
     let connect = || tokio::net::TcpStream::connect(addr(&s));

@@ -13,7 +13,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "IP:PORT")]
     pub addr: Option<String>,
 
-    /// Directory of the sled database with task states and audit trails (server.data_dir).
+    /// Directory of the embedded store: task states, audit trails, loop memory, feedback
+    /// (server.data_dir; not used with server.store = "postgres").
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
@@ -92,7 +93,9 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let addr = cfg.server.addr.clone();
-        let state = server::AppState::open(Arc::new(cfg)).map_err(|e| e.to_string())?;
+        let state = server::AppState::open(Arc::new(cfg))
+            .await
+            .map_err(|e| e.to_string())?;
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

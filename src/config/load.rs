@@ -303,6 +303,35 @@ impl Config {
                     .into(),
             );
         }
+        if s.store == StoreKind::Postgres {
+            match s.database_url.as_deref() {
+                None => {
+                    return bad(
+                        "server.database_url",
+                        "server.store = \"postgres\" needs the database's URL, e.g. postgres://loopguard:PASSWORD@db:5432/loopguard (or LOOPGUARD_SERVER__DATABASE_URL)".into(),
+                    )
+                }
+                Some(url) if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) => {
+                    return bad(
+                        "server.database_url",
+                        format!(
+                            "must be a postgres:// or postgresql:// URL, got `{}`",
+                            redact_database_url(url)
+                        ),
+                    )
+                }
+                Some(_) => {}
+            }
+        }
+        if s.database_max_connections == 0 || s.database_timeout_ms == 0 {
+            return bad(
+                "server",
+                "database_max_connections and database_timeout_ms must be at least 1".into(),
+            );
+        }
+        if self.memory.sync_interval_ms == 0 {
+            return bad("memory.sync_interval_ms", "must be at least 1".into());
+        }
         if self.model.queue_capacity == 0 || self.model.queue_wait_target_ms == 0 {
             return bad(
                 "model",
@@ -328,12 +357,29 @@ impl Config {
             c.server.auth_token = Some(REDACTED.into());
         }
         c.judge.url = redact_userinfo(&c.judge.url);
+        c.server.database_url = c.server.database_url.as_deref().map(redact_database_url);
         c
     }
 }
 
 /// What a secret is replaced with when the configuration is shown.
 pub const REDACTED: &str = "<redacted>";
+
+/// A database URL without its credentials: the user and password, and a `password=` parameter.
+pub fn redact_database_url(url: &str) -> String {
+    let url = redact_userinfo(url);
+    let Some((base, query)) = url.split_once('?') else {
+        return url;
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}={REDACTED}"),
+            _ => kv.to_string(),
+        })
+        .collect();
+    format!("{base}?{}", query.join("&"))
+}
 
 pub(super) fn redact_userinfo(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {

@@ -5,7 +5,7 @@
 //! the merged document is deserialised once, strictly: unknown keys are rejected with their path.
 
 mod load;
-pub use load::REDACTED;
+pub use load::{redact_database_url, REDACTED};
 
 use crate::signature::ErrorType;
 use crate::verdict::{ActionType, EscalationTarget, LoopKind};
@@ -42,13 +42,25 @@ pub struct MemoryConfig {
     pub max_connections: usize,
     pub ef_construction: usize,
     pub ef_search: usize,
+    /// With a shared store: how often each replica reads the loops the others remembered.
+    pub sync_interval_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     pub addr: String,
+    /// Where task states, audit trails, loop memory and feedback live.
+    pub store: StoreKind,
     pub data_dir: PathBuf,
+    /// The PostgreSQL database of `store = "postgres"` (a `postgres://` URL).
+    #[serde(deserialize_with = "empty_string_as_none")]
+    pub database_url: Option<String>,
+    /// Connections to it each replica keeps at most.
+    pub database_max_connections: u32,
+    /// How long an operation waits for a connection (or a lock held by another replica)
+    /// before it gives up with `storage_error`.
+    pub database_timeout_ms: u64,
     pub task_ttl_secs: u64,
     pub expiry_sweep_secs: u64,
     pub max_cached_tasks: usize,
@@ -70,6 +82,17 @@ pub struct ServerConfig {
     pub auth_token: Option<String>,
     /// Serve the dashboard page at `/`.
     pub dashboard: bool,
+}
+
+/// The kind of state store `loopguard serve` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreKind {
+    /// On local disk in `server.data_dir`: one replica per directory. `sled` is its old name.
+    #[serde(alias = "sled")]
+    Embedded,
+    /// A PostgreSQL database shared by any number of replicas (`server.database_url`).
+    Postgres,
 }
 
 fn empty_string_as_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {

@@ -20,6 +20,47 @@ fn redacted_hides_the_token_and_url_credentials() {
 }
 
 #[test]
+fn redacted_hides_database_credentials() {
+    let mut c = Config::default();
+    c.server.database_url =
+        Some("postgres://lg:pw1@db:5432/lg?sslmode=require&password=pw2".into());
+    let shown = c.redacted().to_toml();
+    assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
+    assert!(
+        shown.contains("postgres://<redacted>@db:5432/lg?sslmode=require&password=<redacted>"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn the_store_is_embedded_or_postgres_with_a_url() {
+    assert_eq!(Config::default().server.store, StoreKind::Embedded);
+    let sled = Config::from_toml_str("[server]\nstore = \"sled\"\n").unwrap();
+    assert_eq!(
+        sled.server.store,
+        StoreKind::Embedded,
+        "sled is the old name"
+    );
+    let err = Config::from_toml_str("[server]\nstore = \"postgres\"\n").unwrap_err();
+    assert!(err.to_string().contains("server.database_url"), "{err}");
+    let err = Config::from_toml_str(
+        "[server]\nstore = \"postgres\"\ndatabase_url = \"mysql://u:secret@h/db\"\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("postgres://") && !err.to_string().contains("secret"),
+        "{err}"
+    );
+    let pg = Config::from_toml_str(
+        "[server]\nstore = \"postgres\"\ndatabase_url = \"postgres://h/db\"\n",
+    )
+    .unwrap();
+    assert_eq!(pg.server.store, StoreKind::Postgres);
+    let err = Config::from_toml_str("[server]\nstore = \"mongo\"\n").unwrap_err();
+    assert!(err.to_string().contains("server.store"), "{err}");
+}
+
+#[test]
 fn the_old_text_limit_key_still_loads() {
     let c = Config::from_toml_str("[server]\nmax_text_bytes = 5000\n").unwrap();
     assert_eq!(c.server.max_text_chars, 5000);

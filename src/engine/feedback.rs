@@ -77,7 +77,7 @@ impl Engine {
                 .map(bare_event)
                 .collect(),
         };
-        let record = self.feedback.add(record)?;
+        let record = self.feedback.add(record).await?;
         self.feedback.flush().await?;
         tracing::info!(
             event = "feedback",

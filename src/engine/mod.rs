@@ -285,7 +285,7 @@ impl Engine {
     ) -> Result<Evaluation, EngineError> {
         let cfg = &*self.cfg;
         let mut pass = observe::begin(cfg, state, env, ts);
-        if let Some(decision) = self.short_circuit(state, env, &mut pass) {
+        if let Some(decision) = self.short_circuit(state, env, &mut pass).await {
             return Ok(commit::finish(cfg, state, env, pass, decision));
         }
         self.link(state, &mut pass).await?;

@@ -123,7 +123,7 @@ pub(super) fn decide(cfg: &Config, state: &mut TaskState, pass: &mut Pass) -> De
 impl Engine {
     /// Events answered before detection: an outcome, or an event of a task that is paused or
     /// terminated. The budget is checked first: nothing resets it, not even a pause.
-    pub(super) fn short_circuit(
+    pub(super) async fn short_circuit(
         &self,
         state: &mut TaskState,
         env: &Envelope,
@@ -139,7 +139,8 @@ impl Engine {
                     by: "outcome event".into(),
                     note: o.note.clone(),
                 });
-                self.resolve_loops(&state.root, o.result.as_str(), o.note.clone(), pass.ts);
+                self.resolve_loops(&state.root, o.result.as_str(), o.note.clone(), pass.ts)
+                    .await;
                 state.reset();
                 reason.push_str("; loop counter reset");
             } else if o.result == OutcomeKind::AgentChanged {

@@ -99,11 +99,11 @@ impl Engine {
             gated: state.status == TaskStatus::Paused,
             resolution: None,
         };
-        let remember = |mem: &LoopMemory, record, vector| {
-            if let Err(e) = mem.remember(record, vector) {
+        async fn remember(mem: &LoopMemory, record: LoopRecord, vector: crate::embed::Vector) {
+            if let Err(e) = mem.remember(record, vector).await {
                 tracing::warn!(error = %e, "loop memory write failed");
             }
-        };
+        }
         let ready = match self.embedder.cached_one(&text) {
             Some(v) => Some(v),
             // An idle model answers a lone text in milliseconds: worth waiting for.
@@ -118,7 +118,7 @@ impl Engine {
         if let Some(vector) = ready {
             let c = mem.config();
             let similar = mem.similar(&vector, c.k, c.min_similarity, Some(&state.root));
-            remember(mem, record, vector);
+            remember(mem, record, vector).await;
             return similar;
         }
         let (mem, embedder) = (Arc::clone(mem), self.embedder.clone());
@@ -126,7 +126,7 @@ impl Engine {
         background.started();
         let work = async move {
             match embedder.embed(std::slice::from_ref(&text)).await {
-                Ok(mut v) => remember(&mem, record, v.remove(0)),
+                Ok(mut v) => remember(&mem, record, v.remove(0)).await,
                 Err(e) => tracing::warn!(error = %e, "loop memory skipped: no embedding"),
             }
             background.finished();
@@ -141,7 +141,13 @@ impl Engine {
     }
 
     /// A task was resolved: its remembered loops get the resolution.
-    pub(super) fn resolve_loops(&self, root: &str, result: &str, note: Option<String>, ts: i64) {
+    pub(super) async fn resolve_loops(
+        &self,
+        root: &str,
+        result: &str,
+        note: Option<String>,
+        ts: i64,
+    ) {
         let Some(mem) = &self.loop_memory else {
             return;
         };
@@ -150,7 +156,7 @@ impl Engine {
             note,
             ts,
         };
-        match mem.resolve(root, resolution) {
+        match mem.resolve(root, resolution).await {
             Ok(n) if n > 0 => {
                 tracing::info!(event = "loops_resolved", task_id = %root, loops = n, result)
             }

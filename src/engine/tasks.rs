@@ -164,7 +164,7 @@ impl Engine {
                 note: note.clone(),
             },
         };
-        self.resolve_loops(&root, reason.as_str(), note, now);
+        self.resolve_loops(&root, reason.as_str(), note, now).await;
         next.reset();
         next.updated_ts = now;
         let audit = [record];
@@ -178,6 +178,10 @@ impl Engine {
     /// The current state of a task (its root's state), if it exists.
     pub async fn snapshot(&self, task_id: &str) -> Result<Option<TaskState>, EngineError> {
         let root = self.root_of(task_id).await?;
+        if self.store.shared() {
+            // Another replica may have applied events since this one's copy.
+            return Ok(self.store.load(&root).await?);
+        }
         let lock = self.tasks.lock(&root);
         let guard = lock.lock().await;
         if let Some(s) = guard.as_ref() {
@@ -209,7 +213,7 @@ impl Engine {
         self.tasks.forget(&root, &lock);
         drop(guard);
         if let Some(mem) = &self.loop_memory {
-            mem.forget_task(&root)?;
+            mem.forget_task(&root).await?;
         }
         Ok(had)
     }

@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use error::{ApiError, ErrorBody};
+use loopguard::config::StoreKind;
 use loopguard::feedback::FeedbackStore;
 use loopguard::loop_memory::LoopMemory;
 use loopguard::store::sled::SledStore;
@@ -77,27 +78,13 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Open the store in `cfg.server.data_dir`, start loading the model (in the background:
+    /// Open the store `cfg.server.store` names, start loading the model (in the background:
     /// `/readyz` says when it is warm) and build the engine.
-    pub fn open(cfg: Arc<Config>) -> anyhow::Result<Arc<AppState>> {
-        let dir = &cfg.server.data_dir;
-        std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
-        let sled = SledStore::open(dir)?;
-        // The loop memory and the feedback live in the same database: one directory, one lock.
-        let memory = if cfg.memory.enabled {
-            let started = Instant::now();
-            let m = LoopMemory::open(cfg.memory.clone(), sled.tree("loop_memory")?)?;
-            tracing::info!(
-                event = "loop_memory_loaded",
-                records = m.len(),
-                secs = started.elapsed().as_secs_f64()
-            );
-            Some(Arc::new(m))
-        } else {
-            None
+    pub async fn open(cfg: Arc<Config>) -> anyhow::Result<Arc<AppState>> {
+        let (store, memory, feedback) = match cfg.server.store {
+            StoreKind::Embedded => open_embedded(&cfg).await?,
+            StoreKind::Postgres => open_postgres(&cfg).await?,
         };
-        let feedback = Arc::new(FeedbackStore::open(sled.tree("feedback")?));
         let slot = Arc::new(OnceLock::new());
         let embedder = Embedder::start_service_model(
             &cfg.model,
@@ -106,7 +93,7 @@ impl AppState {
         let judge = loopguard::judge::from_config(&cfg.judge).map_err(anyhow::Error::msg)?;
         let parts = Parts {
             embedder,
-            store: Arc::new(sled),
+            store,
             judge,
             memory,
             feedback,
@@ -151,6 +138,59 @@ impl AppState {
             store,
         })
     }
+}
+
+/// A store, its loop memory (when enabled) and its feedback.
+type Stores = (Arc<dyn Store>, Option<Arc<LoopMemory>>, Arc<FeedbackStore>);
+
+/// The embedded store in `server.data_dir`; the loop memory and the feedback live in the same
+/// database: one directory, one lock.
+async fn open_embedded(cfg: &Config) -> anyhow::Result<Stores> {
+    let dir = &cfg.server.data_dir;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
+    let sled = SledStore::open(dir)?;
+    let memory = if cfg.memory.enabled {
+        let started = Instant::now();
+        let m = LoopMemory::open_sled(cfg.memory.clone(), sled.tree("loop_memory")?).await?;
+        tracing::info!(
+            event = "loop_memory_loaded",
+            records = m.len(),
+            secs = started.elapsed().as_secs_f64()
+        );
+        Some(Arc::new(m))
+    } else {
+        None
+    };
+    let feedback = Arc::new(FeedbackStore::open(sled.tree("feedback")?));
+    Ok((Arc::new(sled), memory, feedback))
+}
+
+/// The PostgreSQL database at `server.database_url`, shared with the other replicas: tasks,
+/// loop memory (followed every `memory.sync_interval_ms`) and feedback. A database that cannot
+/// be reached yet does not stop the start: `/readyz` says so until it can.
+async fn open_postgres(cfg: &Config) -> anyhow::Result<Stores> {
+    use loopguard::store::postgres::{Database, PgFeedback, PgLoops, PgOptions, PostgresStore};
+    let db = Database::open(&PgOptions::from_config(&cfg.server)?).await?;
+    let memory = if cfg.memory.enabled {
+        let started = Instant::now();
+        let m = Arc::new(
+            LoopMemory::open(cfg.memory.clone(), Arc::new(PgLoops::new(db.clone()))).await?,
+        );
+        m.start_sync(Duration::from_millis(cfg.memory.sync_interval_ms));
+        tracing::info!(
+            event = "loop_memory_loaded",
+            records = m.len(),
+            secs = started.elapsed().as_secs_f64()
+        );
+        Some(m)
+    } else {
+        None
+    };
+    let feedback = Arc::new(FeedbackStore::with_log(Box::new(PgFeedback::new(
+        db.clone(),
+    ))));
+    Ok((Arc::new(PostgresStore::new(db)), memory, feedback))
 }
 
 /// The dashboard page and its assets: not API routes (not in the OpenAPI document), one

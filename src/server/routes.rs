@@ -467,39 +467,49 @@ pub async fn livez() -> &'static str {
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Readiness {
-    /// `ready`, `loading` or `failed`.
+    /// `ready`; `loading` (the model); `failed` (the model could not be loaded); `unavailable`
+    /// (the state store cannot be used: a shared database that cannot be reached). `error` says
+    /// why.
     pub status: &'static str,
     pub model: String,
+    /// `open`, or `unavailable`.
     pub store: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
-/// `GET /readyz`: ready only when the model is loaded and warm and the store is open.
+/// `GET /readyz`: ready only when the model is loaded and warm and the store can be used.
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Readiness>) {
     let e = state.engine.embedder();
-    if e.is_ready() {
+    let store_problem = state.store.unready();
+    let store = if store_problem.is_some() {
+        "unavailable"
+    } else {
+        "open"
+    };
+    if e.is_ready() && store_problem.is_none() {
         return (
             StatusCode::OK,
             Json(Readiness {
                 status: "ready",
                 model: e.describe(),
-                store: "open",
+                store,
                 error: None,
             }),
         );
     }
-    let (status, error) = match e.load_error() {
-        Some(err) => ("failed", Some(err.to_string())),
-        None => ("loading", None),
+    let (status, error) = match (e.load_error(), store_problem) {
+        (Some(err), _) => ("failed", Some(err.to_string())),
+        (None, Some(why)) => ("unavailable", Some(why)),
+        (None, None) => ("loading", None),
     };
     (
         StatusCode::SERVICE_UNAVAILABLE,
         Json(Readiness {
             status,
             model: e.describe(),
-            store: "open",
+            store,
             error,
         }),
     )
@@ -694,6 +704,7 @@ pub async fn export_feedback(
         .engine
         .feedback_store()
         .list()
+        .await
         .map_err(loopguard::engine::EngineError::from)?;
     let mut out = String::new();
     match format {

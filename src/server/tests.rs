@@ -490,6 +490,15 @@ async fn a_full_queue_is_429_at_once_and_the_exact_path_never_waits() {
     .expect("the exact path does not wait for a busy model");
     assert_eq!(status, StatusCode::OK);
     assert_eq!(v["kind"], "exact_repeat");
+    // While the model is still held, the requests that found the queue full come back at once
+    // (on a loaded machine the spawned requests may only now be arriving: wait for one).
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !handles.iter().any(|h| h.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("a request finds the queue full and is refused at once, while the model is held");
     // Let the model answer everything queued.
     drop(open);
     let mut overloaded = 0;

@@ -6,8 +6,10 @@
 //!
 //! - [`InMemoryStore`]: everything in memory (`score`, tests, library users without durability).
 //! - [`sled::SledStore`]: durable, on disk, for the service.
+//! - [`postgres::PostgresStore`]: durable, in PostgreSQL, shared by many replicas of the service.
 
 pub mod conformance;
+pub mod postgres;
 pub mod sled;
 
 use crate::audit::AuditRecord;
@@ -109,6 +111,12 @@ pub trait Store: Send + Sync {
     /// Why the store cannot serve right now, for `/readyz`; `None` when it can.
     fn unready(&self) -> Option<String> {
         None
+    }
+
+    /// Other processes write to this store too (replicas on one database): a state held in
+    /// memory may be stale, so reads go to the store ([`Store::begin`] checks the version).
+    fn shared(&self) -> bool {
+        false
     }
 }
 

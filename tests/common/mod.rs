@@ -2,6 +2,8 @@
 //! and event builders.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use loopguard::event::parse_envelope_value;
 use loopguard::verdict::Verdict;
 use loopguard::{Config, Embedder, Engine, Envelope};
@@ -88,6 +90,55 @@ pub fn http_client() -> reqwest::Client {
         .timeout(std::time::Duration::from_secs(30))
         .build()
         .expect("an HTTP client")
+}
+
+/// Where a test's servers keep their state: an embedded store in a temporary directory, or a
+/// PostgreSQL database of the test's own ([`pg`]). Servers started on one backend share it.
+pub struct Backend {
+    pub dir: tempfile::TempDir,
+    pub database_url: Option<String>,
+}
+
+impl Backend {
+    pub fn embedded() -> Backend {
+        Backend {
+            dir: tempfile::tempdir().unwrap(),
+            database_url: None,
+        }
+    }
+
+    /// A fresh database; `None` when PostgreSQL is not available (the test then returns; see
+    /// [`pg`] for how that is reported, and made a failure in CI).
+    pub fn postgres() -> Option<Backend> {
+        Some(Backend {
+            dir: tempfile::tempdir().unwrap(),
+            database_url: Some(pg::database()?),
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        if self.database_url.is_some() {
+            "postgres"
+        } else {
+            "embedded"
+        }
+    }
+
+    /// A server on this backend, with `args` after the store's own.
+    pub fn start(&self, args: &[&str]) -> Server {
+        let mut all: Vec<String> = Vec::new();
+        if let Some(url) = &self.database_url {
+            all.extend([
+                "--set".into(),
+                "server.store=postgres".into(),
+                "--set".into(),
+                format!("server.database_url={url}"),
+            ]);
+        }
+        all.extend(args.iter().map(|a| a.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        Server::start(self.dir.path(), &all)
+    }
 }
 
 /// A `loopguard serve` process on a free port, killed when dropped.

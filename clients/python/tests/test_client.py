@@ -196,9 +196,9 @@ def test_errors_carry_code_message_and_path(server, client: loopguard.Client) ->
         client.evaluate({"type": "progress", "coverage": 150}, task_id=t)
     assert e.value.path == "event.coverage" and "150" in e.value.message
 
-    with pytest.raises(BadRequestError) as e:
+    with pytest.raises(PayloadTooLargeError) as e:
         client.evaluate(Failure("boom"), task_id="x" * 300)
-    assert e.value.path == "task_id"
+    assert (e.value.status, e.value.code, e.value.path) == (413, "field_too_large", "task_id")
 
     with pytest.raises(PayloadTooLargeError) as e:
         client.evaluate(Failure("y" * 70_000), task_id=t)
