@@ -7,7 +7,9 @@
 //! of the binary (an older commit's, as a baseline) instead of this one. `LOAD_ONLY=overload`
 //! runs only the overload table: 256 connections of texts never seen, with admission control
 //! (`model.queue_wait_target_ms`) at several targets against none (the 1024-job queue alone),
-//! clients waiting out `Retry-After` after a 429.
+//! clients waiting out `Retry-After` after a 429. `LOAD_ONLY=stores` runs only the exact path on
+//! the embedded store and on PostgreSQL side by side, with the same load: PostgreSQL at
+//! `LOAD_DATABASE_URL` (required there; e.g. a throwaway cluster, see docs/PERFORMANCE.md).
 
 use serde_json::json;
 use std::io::BufRead;
@@ -219,6 +221,45 @@ fn overload(rt: &tokio::runtime::Runtime, seconds: f64, salt: &mut u64) {
     }
 }
 
+/// The exact path on each store, the same load: every answer waits for its commit (sled's
+/// group-committed fsync, PostgreSQL's COMMIT with the task's advisory lock).
+fn stores(rt: &tokio::runtime::Runtime, seconds: f64, salt: &mut u64) {
+    let url = std::env::var("LOAD_DATABASE_URL")
+        .expect("LOAD_ONLY=stores needs LOAD_DATABASE_URL=postgres://… (a database it may write)");
+    let store_url = format!("server.database_url={url}");
+    println!("| store | concurrency | requests/s | p50 ms | p99 ms | requests | errors |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (store, extra) in [
+        ("embedded (sled)", vec![]),
+        (
+            "postgres",
+            vec![
+                "--set",
+                "server.store=postgres",
+                "--set",
+                store_url.as_str(),
+            ],
+        ),
+    ] {
+        let server = Server::start(&extra);
+        rt.block_on(wait_ready(&server.base));
+        for concurrency in [1, 4, 16, 64] {
+            *salt += 1;
+            let c = rt.block_on(run_cell(
+                &server.base,
+                Path::Exact,
+                concurrency,
+                seconds,
+                *salt,
+            ));
+            println!(
+                "| {store} | {concurrency} | {:.0} | {:.2} | {:.2} | {} | {} |",
+                c.rps, c.p50_ms, c.p99_ms, c.requests, c.errors
+            );
+        }
+    }
+}
+
 async fn wait_ready(base: &str) {
     let client = client();
     for _ in 0..600 {
@@ -246,6 +287,10 @@ fn main() {
     let mut salt = 0;
     if std::env::var("LOAD_ONLY").as_deref() == Ok("overload") {
         overload(&rt, seconds, &mut salt);
+        return;
+    }
+    if std::env::var("LOAD_ONLY").as_deref() == Ok("stores") {
+        stores(&rt, seconds, &mut salt);
         return;
     }
     println!(

@@ -36,26 +36,33 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
         if (1..p).all(|j| same(newest, work[n - 1 - j])) {
             continue;
         }
-        let continuing = ctx.state.cycle.filter(|run| run.period == p);
-        let counts = match continuing {
-            Some(run) => run.since_counted + 1 >= p,
-            None => true,
-        };
-        let matched = work[n - 1 - p].seq;
         let first = work[n - span].seq;
-        let mut f = Finding::new(
-            LoopKind::Cycle,
+        return Some(finding(
+            ctx,
+            &work,
+            p,
             format!(
                 "the last {p} actions repeat the {p} before them (period {p}, since seq {first})"
             ),
-        );
-        f.matched = Some(matched);
-        f.similarity = ctx.link(matched).and_then(|l| l.similarity());
-        f.counts = counts;
-        f.period = Some(p);
-        return Some(f);
+        ));
     }
     replay(ctx, &work)
+}
+
+/// A cycle of period `p` ending at the newest work event: it counts once per period (the loop
+/// counter moves once per turn of the cycle, not on every event of it).
+fn finding(ctx: &Ctx<'_>, work: &[&Entry], p: usize, reason: String) -> Finding {
+    let continuing = ctx.state.cycle.filter(|run| run.period == p);
+    let matched = work[work.len() - 1 - p].seq;
+    let mut f = Finding::new(LoopKind::Cycle, reason);
+    f.matched = Some(matched);
+    f.similarity = ctx.link(matched).and_then(|l| l.similarity());
+    f.counts = match continuing {
+        Some(run) => run.since_counted + 1 >= p,
+        None => true,
+    };
+    f.period = Some(p);
+    f
 }
 
 /// A long block of work replayed: the last `replay_streak` work events each repeat their
@@ -83,24 +90,15 @@ fn replay(ctx: &Ctx<'_>, work: &[&Entry]) -> Option<Finding> {
         if distinct < 3 {
             continue;
         }
-        let continuing = ctx.state.cycle.filter(|run| run.period == p);
-        let counts = match continuing {
-            Some(run) => run.since_counted + 1 >= p,
-            None => true,
-        };
-        let matched = work[n - 1 - p].seq;
-        let mut f = Finding::new(
-            LoopKind::Cycle,
+        return Some(finding(
+            ctx,
+            work,
+            p,
             format!(
                 "the last {streak} actions replay, in order, a block of {p} actions (since seq {})",
                 work[n - p - streak].seq
             ),
-        );
-        f.matched = Some(matched);
-        f.similarity = ctx.link(matched).and_then(|l| l.similarity());
-        f.counts = counts;
-        f.period = Some(p);
-        return Some(f);
+        ));
     }
     None
 }

@@ -303,6 +303,22 @@ impl Newest {
     }
 }
 
+/// A stored task state, read back: a state this build cannot read is refused by name (corrupt,
+/// or written by a newer format), never misread. Every store decodes with this.
+pub(crate) fn decode_state(root: &str, bytes: &[u8]) -> Result<TaskState, StoreError> {
+    let state: TaskState = serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        task: root.to_string(),
+        message: e.to_string(),
+    })?;
+    if state.format > crate::state::STATE_FORMAT_VERSION {
+        return Err(StoreError::Version {
+            found: state.format,
+            supported: crate::state::STATE_FORMAT_VERSION,
+        });
+    }
+    Ok(state)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@
 
 use super::{Durable, Opened, Store, StoreError, StoreFuture, TaskTxn};
 use crate::audit::AuditRecord;
-use crate::state::{TaskState, STATE_FORMAT_VERSION};
+use crate::state::TaskState;
 use std::path::Path;
 
 /// Version of the key layout; bump when it changes incompatibly.
@@ -217,17 +217,7 @@ impl SledStore {
         let Some(bytes) = self.db.get(key("s:", root)).map_err(io)? else {
             return Ok(None);
         };
-        let state: TaskState = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
-            task: root.to_string(),
-            message: e.to_string(),
-        })?;
-        if state.format > STATE_FORMAT_VERSION {
-            return Err(StoreError::Version {
-                found: state.format,
-                supported: STATE_FORMAT_VERSION,
-            });
-        }
-        Ok(Some(state))
+        super::decode_state(root, &bytes).map(Some)
     }
 
     fn write(

@@ -26,7 +26,7 @@ pub use loops::PgLoops;
 
 use super::{durable_now, Durable, Opened, Store, StoreError, StoreFuture, TaskTxn};
 use crate::audit::AuditRecord;
-use crate::state::{TaskState, STATE_FORMAT_VERSION};
+use crate::state::TaskState;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Postgres};
@@ -568,17 +568,7 @@ fn lock_key(root: &str) -> i32 {
 }
 
 fn parse_state(root: &str, json: &str) -> Result<TaskState, StoreError> {
-    let state: TaskState = serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
-        task: root.to_string(),
-        message: e.to_string(),
-    })?;
-    if state.format > STATE_FORMAT_VERSION {
-        return Err(StoreError::Version {
-            found: state.format,
-            supported: STATE_FORMAT_VERSION,
-        });
-    }
-    Ok(state)
+    super::decode_state(root, json.as_bytes())
 }
 
 fn to_json(v: &impl serde::Serialize) -> Result<String, StoreError> {
