@@ -118,15 +118,13 @@ fn key_level(channel: Channel, part: Part, a: &TextSig, b: &TextSig) -> Option<L
         Some(Level::None)
     } else if a.norm == b.norm {
         Some(Level::Normalized)
-    } else if failure && a.template != 0 && a.template == b.template {
-        // One log template, other variables (a pid, a port, a host, a request id): the same
-        // failure.
-        Some(Level::Normalized)
-    } else if a.numbers != b.numbers && !failure {
-        // A later page, a job further along, a different count: not the same observation.
-        // (Not for failures: numbers in an error are its variables, and test counts that move
-        // are progress or regression, which the metrics see.)
+    } else if a.numbers != b.numbers {
+        // A later page, a job further along, a different count, another version: not the same
+        // observation.
         Some(Level::None)
+    } else if failure && a.template != 0 && a.template == b.template {
+        // One log template, other names (a host, a module, a request id): the same failure.
+        Some(Level::Normalized)
     } else {
         None
     }
@@ -558,15 +556,14 @@ mod tests {
         }
 
         /// Texts whose numbers differ are never the same by their cosine: a later page or a job
-        /// further along is new information. A failure's numbers are its variables instead: one
-        /// template, other numbers, is the same failure.
+        /// further along is new information, and so is a failure about another version or count
+        /// (turning this off for failures flagged 12 more distractor runs in calibration).
         #[test]
         fn other_numbers_never_match_by_cosine(a in text(), n in 0u32..1000, m in 0u32..1000, (ch, part) in channel()) {
             prop_assume!(n != m);
             let (x, y) = (format!("{a} {n} left"), format!("{a} {m} left"));
             let (sx, sy) = (compared_text(ch, part, &x, 500), compared_text(ch, part, &y, 500));
-            let want = if ch == Channel::Failure { f32::INFINITY } else { f32::NEG_INFINITY };
-            prop_assert_eq!(rule_score(ch, part, &sx, &sy, Some(-1.0)), want);
+            prop_assert_eq!(rule_score(ch, part, &sx, &sy, Some(-1.0)), f32::NEG_INFINITY);
         }
 
         /// A tool call on another resource is other work, whatever the cosine.
