@@ -169,13 +169,14 @@ async fn a_long_block_of_work_replayed_is_a_cycle_before_its_second_period_ends(
         bash("ls src", "stats.py utils.py", false),
     ];
     let mut events: Vec<_> = block.to_vec();
-    events.extend(block.iter().take(4).cloned());
+    events.extend(block.iter().take(5).cloned());
     let e = engine(Config::default());
     let vs = feed(&e, events).await;
-    // The third replayed step in a row (index 7 + 2) is the alarm, not the end of the period.
-    assert_eq!(first_loop(&vs), Some(9), "{vs:#?}");
-    assert_eq!(vs[9].kind, LoopKind::Cycle, "{vs:#?}");
-    assert!(vs[9].reason.contains("block of 7"), "{}", vs[9].reason);
+    // The fourth replayed step in a row (index 7 + 3, `replay_streak`) is the alarm, not the end
+    // of the period.
+    assert_eq!(first_loop(&vs), Some(10), "{vs:#?}");
+    assert_eq!(vs[10].kind, LoopKind::Cycle, "{vs:#?}");
+    assert!(vs[10].reason.contains("block of 7"), "{}", vs[10].reason);
 }
 
 #[tokio::test]

@@ -158,7 +158,17 @@ async fn state_survives_a_graceful_restart(backend: &Backend) {
 /// Many concurrent acknowledgements share fsyncs and never hang (sled 0.34's concurrent
 /// flush_async deadlocked under exactly this load; see store::sled::Flusher).
 async fn concurrent_load_never_hangs(backend: &Backend) {
-    let s = backend.start(&["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"]);
+    // 64 writers on PostgreSQL's 16 pooled connections: on a loaded 2-core machine a request
+    // may wait longer for one than the 3 s default allows (503 storage_error by design); here
+    // every request must be answered, so the wait is bounded by the test's own 60 s instead.
+    let s = backend.start(&[
+        "--set",
+        "policy.gate_at=0",
+        "--set",
+        "policy.pivot_at=0",
+        "--set",
+        "server.database_timeout_ms=30000",
+    ]);
     let client = http_client();
     let mut handles = Vec::new();
     for w in 0..64 {
