@@ -16,7 +16,7 @@ pub const STATE_FORMAT_VERSION: u32 = 1;
 
 /// A text as the engine compares it: exact and normalised keys, the prepared text the model
 /// embeds, and the numbers that must agree for a semantic match to count.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TextSig {
     /// Key of the exact text.
     pub exact: u64,
@@ -37,6 +37,50 @@ pub struct TextSig {
     /// Set once computed; never persisted (recomputed through the embedding cache after a restart).
     #[serde(skip)]
     pub vector: Option<Vector>,
+}
+
+/// Equal when everything but the vector is: the vector is a cache of the text's embedding (never
+/// persisted), so a state read back from a store equals the state that was written.
+impl PartialEq for TextSig {
+    fn eq(&self, other: &Self) -> bool {
+        let TextSig {
+            exact,
+            norm,
+            text,
+            numbers,
+            ids,
+            template,
+            vector: _,
+        } = self;
+        *exact == other.exact
+            && *norm == other.norm
+            && *template == other.template
+            && *text == other.text
+            && *numbers == other.numbers
+            && *ids == other.ids
+    }
+}
+
+impl TaskState {
+    /// Drop the embeddings cached in the window (a copy kept for durability, not for matching).
+    pub fn forget_vectors(&mut self) {
+        for e in self.window.iter_mut() {
+            match &mut e.body {
+                EntryBody::Failure { sig, .. }
+                | EntryBody::Response { sig, .. }
+                | EntryBody::Collaboration { sig, .. } => sig.vector = None,
+                EntryBody::ToolCall { call, result, .. } => {
+                    call.vector = None;
+                    if let Some(r) = result {
+                        r.sig.vector = None;
+                    }
+                }
+                EntryBody::Transition { .. }
+                | EntryBody::Progress { .. }
+                | EntryBody::Outcome { .. } => {}
+            }
+        }
+    }
 }
 
 /// Numbers kept per text; long outputs keep their first ones.

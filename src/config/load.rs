@@ -194,6 +194,18 @@ impl Config {
         if c.repetitions < 2 {
             return bad("detect.cycles.repetitions", "must be at least 2".into());
         }
+        if self.server.task_log_segment_bytes < 4096 {
+            return bad(
+                "server.task_log_segment_bytes",
+                format!(
+                    "must be at least 4096 (a snapshot follows every segment), got {}",
+                    self.server.task_log_segment_bytes
+                ),
+            );
+        }
+        if self.server.task_log_audit_kept == 0 {
+            return bad("server.task_log_audit_kept", "must be at least 1".into());
+        }
         if self.detect.window < 2 {
             return bad("detect.window", "must be at least 2".into());
         }

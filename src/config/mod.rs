@@ -53,6 +53,10 @@ pub struct ServerConfig {
     /// Where task states, audit trails, loop memory and feedback live.
     pub store: StoreKind,
     pub data_dir: PathBuf,
+    /// The embedded store's task log: segment size before a snapshot replaces older segments.
+    pub task_log_segment_bytes: u64,
+    /// The embedded store's task log: audit records kept per task (the newest).
+    pub task_log_audit_kept: usize,
     /// The PostgreSQL database of `store = "postgres"` (a `postgres://` URL).
     #[serde(deserialize_with = "empty_string_as_none")]
     pub database_url: Option<String>,

@@ -105,15 +105,15 @@ impl Engine {
         &self,
         mut guard: tokio::sync::OwnedMutexGuard<Option<TaskState>>,
         txn: Box<dyn TaskTxn + '_>,
-        prev: Option<&TaskState>,
+        opened_version: u64,
         mut next: TaskState,
         audit: &[AuditRecord],
         link: Option<(String, String)>,
     ) -> Result<f64, EngineError> {
         let started = Instant::now();
-        next.version = prev.map_or(0, |p| p.version) + 1;
+        next.version = opened_version + 1;
         let link_ref = link.as_ref().map(|(t, r)| (t.as_str(), r.as_str()));
-        let durable = txn.commit(prev, &next, audit, link_ref).await?;
+        let durable = txn.commit(&next, audit, link_ref).await?;
         if let Some((task, root)) = link {
             self.tasks.linked(task, root);
         }

@@ -258,19 +258,20 @@ impl Engine {
             _ => now_unix(),
         };
         let opened = self.store.begin(&root, guard.take()).await?;
-        let current = opened.state.unwrap_or_else(|| TaskState::new(&root, ts));
-        let mut next = current.clone();
-        // Keep the current state (not the store's transaction) if the pipeline fails: an error
-        // below — the model overloaded, say — leaves the task as it was.
-        match self.step(&mut next, &env, ts).await {
+        // The pipeline changes the state in place (no copy per event). If it fails — the model
+        // overloaded, say — the changed copy is dropped and nothing is committed: the task's
+        // next event opens the stored state, as it was.
+        let mut state = opened.state.unwrap_or_else(|| TaskState::new(&root, ts));
+        let opened_version = state.version;
+        match self.step(&mut state, &env, ts).await {
             Ok(mut eval) => {
                 eval.timings.store_secs = self
-                    .commit(guard, opened.txn, Some(&current), next, &eval.audit, link)
+                    .commit(guard, opened.txn, opened_version, state, &eval.audit, link)
                     .await?;
                 Ok(eval)
             }
             Err(e) => {
-                *guard = Some(current);
+                *guard = None;
                 Err(e)
             }
         }

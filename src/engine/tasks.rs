@@ -168,7 +168,7 @@ impl Engine {
         next.reset();
         next.updated_ts = now;
         let audit = [record];
-        self.commit(guard, opened.txn, Some(&current), next, &audit, None)
+        self.commit(guard, opened.txn, current.version, next, &audit, None)
             .await?;
         self.snapshot(task_id)
             .await?

@@ -464,6 +464,40 @@ impl Collector for LiveStats {
                 building.metric_type(),
             )?)?;
         }
+        if let Some(log) = self.engine.store().log_stats() {
+            for (name, help, value) in [
+                (
+                    "task_log_bytes_appended",
+                    "Bytes appended to the task log since start",
+                    log.bytes_appended,
+                ),
+                (
+                    "task_log_records_appended",
+                    "Commits appended to the task log since start",
+                    log.records_appended,
+                ),
+                (
+                    "task_log_syncs",
+                    "Group commits of the task log (one sync each)",
+                    log.syncs,
+                ),
+                (
+                    "task_log_snapshots",
+                    "Snapshots written (each lets older segments go)",
+                    log.snapshots,
+                ),
+            ] {
+                let c = ConstCounter::new(value);
+                c.encode(encoder.encode_descriptor(name, help, None, c.metric_type())?)?;
+            }
+            let size = ConstGauge::new(i64::try_from(log.bytes_on_disk).unwrap_or(i64::MAX));
+            size.encode(encoder.encode_descriptor(
+                "task_log_disk_bytes",
+                "Bytes the task log's segments and snapshots take on disk",
+                None,
+                size.metric_type(),
+            )?)?;
+        }
         let cached = ConstGauge::new(self.engine.cached_tasks() as i64);
         cached.encode(encoder.encode_descriptor(
             "tasks_in_memory",

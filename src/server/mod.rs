@@ -35,6 +35,7 @@ use error::{ApiError, ErrorBody};
 use loopguard::config::StoreKind;
 use loopguard::feedback::FeedbackStore;
 use loopguard::loop_memory::LoopMemory;
+use loopguard::store::log::{LogOptions, LogStore};
 use loopguard::store::sled::SledStore;
 use loopguard::store::Store;
 use loopguard::{Config, Embedder, Engine};
@@ -150,6 +151,7 @@ async fn open_embedded(cfg: &Config) -> anyhow::Result<Stores> {
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
     let sled = SledStore::open(dir)?;
+    let tasks = open_task_log(cfg, &sled).await?;
     let memory = if cfg.memory.enabled {
         let started = Instant::now();
         let m = LoopMemory::open_sled(cfg.memory.clone(), sled.tree("loop_memory")?).await?;
@@ -163,7 +165,42 @@ async fn open_embedded(cfg: &Config) -> anyhow::Result<Stores> {
         None
     };
     let feedback = Arc::new(FeedbackStore::open(sled.tree("feedback")?));
-    Ok((Arc::new(sled), memory, feedback))
+    Ok((Arc::new(tasks), memory, feedback))
+}
+
+/// The task log in `data_dir/tasks`. Task states an earlier version kept in the sled database
+/// are moved into it first, once: an upgrade keeps every task.
+async fn open_task_log(cfg: &Config, sled: &SledStore) -> anyhow::Result<LogStore> {
+    let dir = cfg.server.data_dir.join("tasks");
+    let started = Instant::now();
+    let log = LogStore::open(
+        &dir,
+        LogOptions {
+            segment_bytes: cfg.server.task_log_segment_bytes,
+            audit_kept: cfg.server.task_log_audit_kept,
+        },
+    )?;
+    let legacy = sled.stored_tasks()?;
+    if !legacy.is_empty() {
+        let mut moved = 0;
+        for (state, audit, subtasks) in &legacy {
+            moved += usize::from(log.import(state, audit, subtasks).await?);
+        }
+        sled.forget_tasks()?;
+        tracing::info!(
+            event = "tasks_moved_to_task_log",
+            tasks = legacy.len(),
+            moved,
+            dir = %dir.display()
+        );
+    }
+    tracing::info!(
+        event = "task_log_opened",
+        tasks = loopguard::store::Store::task_count(&log).await?,
+        bytes = log.size_on_disk(),
+        secs = started.elapsed().as_secs_f64()
+    );
+    Ok(log)
 }
 
 /// The PostgreSQL database at `server.database_url`, shared with the other replicas: tasks,

@@ -29,10 +29,7 @@ pub async fn commit(
     link: Option<(&str, &str)>,
 ) -> Result<(), StoreError> {
     let opened = store.begin(&state.root, None).await?;
-    let durable = opened
-        .txn
-        .commit(opened.state.as_ref(), state, audit, link)
-        .await?;
+    let durable = opened.txn.commit(state, audit, link).await?;
     durable.await
 }
 
@@ -56,7 +53,7 @@ async fn round_trip(open: &impl Fn() -> Arc<dyn Store>, durable: bool, prefix: &
         let audit = [record(&root, 1), record(&root, 2)];
         let durable_commit = opened
             .txn
-            .commit(None, &st, &audit, Some((&sub, &root)))
+            .commit(&st, &audit, Some((&sub, &root)))
             .await
             .unwrap();
         durable_commit.await.unwrap();
@@ -159,7 +156,7 @@ pub async fn check_shared(a: Arc<dyn Store>, b: Arc<dyn Store>, root: &str) {
     );
     let mut st = TaskState::new(root, 1);
     st.version = 1;
-    let durable = held.txn.commit(None, &st, &[], None).await.unwrap();
+    let durable = held.txn.commit(&st, &[], None).await.unwrap();
     durable.await.unwrap();
     let seen = tokio::time::timeout(wait, other).await;
     assert_eq!(
@@ -205,11 +202,7 @@ pub async fn check_shared(a: Arc<dyn Store>, b: Arc<dyn Store>, root: &str) {
                 next.version += 1;
                 next.loop_count += 1;
                 let audit = [record(&root, next.version)];
-                let durable = opened
-                    .txn
-                    .commit(Some(&prev), &next, &audit, None)
-                    .await
-                    .unwrap();
+                let durable = opened.txn.commit(&next, &audit, None).await.unwrap();
                 durable.await.unwrap();
                 cached = Some(next);
             }

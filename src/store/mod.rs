@@ -9,6 +9,7 @@
 //! - [`postgres::PostgresStore`]: durable, in PostgreSQL, shared by many replicas of the service.
 
 pub mod conformance;
+pub mod log;
 pub mod postgres;
 pub mod sled;
 
@@ -60,13 +61,12 @@ pub struct Opened<'a> {
 pub trait TaskTxn: Send {
     /// Make `next` the task's state, with its audit records and (on a subtask's first event) the
     /// link from the subtask to its root, atomically: all of it or none. Commits of one task
-    /// are applied in the order they are made. `prev` is the state the transaction opened with
-    /// (`None` for a new task) and `next.version` is one more than its version: a store that
-    /// appends each event's effect compares the two to find it. The returned [`Durable`]
-    /// resolves once the commit survives a crash; the verdict is answered only then.
+    /// are applied in the order they are made, and `next.version` is one more than the version
+    /// the transaction opened with (a store that appends each event's effect compares `next`
+    /// with its own copy of that state to find it). The returned [`Durable`] resolves once the
+    /// commit survives a crash; the verdict is answered only then.
     fn commit<'a>(
         self: Box<Self>,
-        prev: Option<&'a TaskState>,
         next: &'a TaskState,
         audit: &'a [AuditRecord],
         link: Option<(&'a str, &'a str)>,
@@ -113,11 +113,27 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// The task log's counters, for a store that appends one (the embedded store).
+    fn log_stats(&self) -> Option<LogStats> {
+        None
+    }
+
     /// Other processes write to this store too (replicas on one database): a state held in
     /// memory may be stale, so reads go to the store ([`Store::begin`] checks the version).
     fn shared(&self) -> bool {
         false
     }
+}
+
+/// What an append-only store wrote since it was opened, and what it holds on disk now.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LogStats {
+    pub bytes_appended: u64,
+    pub records_appended: u64,
+    /// Group commits: writes followed by one sync.
+    pub syncs: u64,
+    pub snapshots: u64,
+    pub bytes_on_disk: u64,
 }
 
 /// Keeps everything in memory: for `score`, tests and library users who do not need durability.
@@ -148,7 +164,6 @@ struct MemoryTxn<'s> {
 impl TaskTxn for MemoryTxn<'_> {
     fn commit<'a>(
         self: Box<Self>,
-        _prev: Option<&'a TaskState>,
         next: &'a TaskState,
         audit: &'a [AuditRecord],
         link: Option<(&'a str, &'a str)>,

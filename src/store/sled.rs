@@ -200,6 +200,42 @@ impl SledStore {
         self.db.open_tree(name).map_err(io)
     }
 
+    /// Task states a version before the task log kept here, each with its audit trail and its
+    /// subtasks: the service moves them to the task log once, at start
+    /// ([`SledStore::forget_tasks`] then drops them here).
+    pub fn stored_tasks(
+        &self,
+    ) -> Result<Vec<(TaskState, Vec<AuditRecord>, Vec<String>)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.db.scan_prefix(b"s:") {
+            let (k, v) = item.map_err(io)?;
+            let root = String::from_utf8_lossy(&k[2..]).into_owned();
+            let state = super::decode_state(&root, &v)?;
+            let audit = block_on_ready(Store::history(self, &root, usize::MAX))?;
+            let reverse = under("r:", &root);
+            let mut subtasks = Vec::new();
+            for item in self.db.scan_prefix(&reverse) {
+                let (k, _) = item.map_err(io)?;
+                subtasks.push(String::from_utf8_lossy(&k[reverse.len()..]).into_owned());
+            }
+            out.push((state, audit, subtasks));
+        }
+        Ok(out)
+    }
+
+    /// Drop every task state, audit record and link kept here (after they were moved).
+    pub fn forget_tasks(&self) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for prefix in [&b"s:"[..], b"u:", b"a:", b"l:", b"r:"] {
+            for item in self.db.scan_prefix(prefix) {
+                batch.remove(item.map_err(io)?.0);
+            }
+        }
+        self.db.apply_batch(batch).map_err(io)?;
+        self.db.flush().map_err(io)?;
+        Ok(())
+    }
+
     /// Bytes on disk, for the metrics endpoint.
     pub fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
@@ -271,7 +307,6 @@ impl SledStore {
 impl TaskTxn for SledTxn<'_> {
     fn commit<'a>(
         self: Box<Self>,
-        _prev: Option<&'a TaskState>,
         next: &'a TaskState,
         audit: &'a [AuditRecord],
         link: Option<(&'a str, &'a str)>,
@@ -294,6 +329,16 @@ impl TaskTxn for SledTxn<'_> {
 
 fn ready<'a, T: Send + 'a>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
     Box::pin(std::future::ready(v))
+}
+
+/// The result of a future this store made ready at once (its reads are synchronous).
+fn block_on_ready<T>(f: StoreFuture<'_, T>) -> Result<T, StoreError> {
+    use std::task::{Context, Poll, Waker};
+    let mut f = f;
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => unreachable!("sled reads are ready at once"),
+    }
 }
 
 impl Store for SledStore {

@@ -609,7 +609,6 @@ SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM a)";
 impl TaskTxn for PgTxn {
     fn commit<'a>(
         self: Box<Self>,
-        _prev: Option<&'a TaskState>,
         next: &'a TaskState,
         audit: &'a [AuditRecord],
         link: Option<(&'a str, &'a str)>,
