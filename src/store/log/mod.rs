@@ -241,6 +241,9 @@ struct Inner {
     failed: Option<String>,
     /// A snapshot is being written: no new one starts meanwhile.
     snapshotting: bool,
+    /// The writer is asleep, waiting for commits: only then does a commit wake it (a wake-up
+    /// is a system call; while the writer syncs, the commits made meanwhile are its next batch).
+    writer_idle: bool,
     stop: bool,
 }
 
@@ -300,9 +303,11 @@ impl LogStore {
             .copied()
             .filter(|&n| n >= base)
             .collect();
+        // The last segment's records: its next batch is compressed against them.
+        let mut history = files::History::default();
         for (i, &n) in segments.iter().enumerate() {
             let path = files::segment_path(dir, n);
-            let tail = files::read_records(&path, |record, offset| {
+            let read = files::read_records(&path, |record, offset| {
                 tasks
                     .replay(record, opts.audit_kept)
                     .map_err(|message| StoreError::Corrupt {
@@ -310,7 +315,8 @@ impl LogStore {
                         message,
                     })
             })?;
-            if let files::Tail::Torn { offset, why } = tail {
+            history = read.history;
+            if let files::Tail::Torn { offset, why } = read.tail {
                 if i + 1 < segments.len() {
                     return Err(StoreError::Corrupt {
                         task: format!("{} at byte {offset}", path.display()),
@@ -344,6 +350,7 @@ impl LogStore {
                 appended: 0,
                 failed: None,
                 snapshotting: false,
+                writer_idle: false,
                 stop: false,
             }),
             wake: Condvar::new(),
@@ -366,6 +373,7 @@ impl LogStore {
                         file,
                         segment: current,
                         seg_bytes,
+                        history,
                         done: tx,
                     }
                     .run()
@@ -437,7 +445,7 @@ impl LogStore {
         // checked, and a whole state written if not).
         let mut buf = Vec::with_capacity(2048);
         let mut delta = encode_commit(&mut buf, base.as_deref(), next, audit, link)?;
-        let generation = {
+        let (generation, wake) = {
             let mut inner = self.inner();
             if let Some(why) = &inner.failed {
                 return Err(StoreError::Io(why.clone()));
@@ -483,9 +491,11 @@ impl LogStore {
             if let Some((task, root)) = link {
                 inner.tasks.link(task, root);
             }
-            inner.appended
+            (inner.appended, std::mem::take(&mut inner.writer_idle))
         };
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
         Ok(self.durable(generation))
     }
 
@@ -527,6 +537,7 @@ impl LogStore {
             if had {
                 inner.pending.extend_from_slice(&buf);
                 inner.appended += 1;
+                inner.writer_idle = false;
             }
             (had, inner.appended)
         };
@@ -586,6 +597,8 @@ struct Writer {
     file: File,
     segment: u64,
     seg_bytes: u64,
+    /// The current segment's records so far: what its next batch is compressed against.
+    history: files::History,
     done: tokio::sync::watch::Sender<Done>,
 }
 
@@ -596,17 +609,20 @@ impl Writer {
     fn run(mut self) {
         use std::sync::atomic::Ordering::Relaxed;
         let mut spare = Vec::with_capacity(64 << 10);
+        let mut out = Vec::with_capacity(64 << 10);
         loop {
             let (batch, generation, view) = {
                 let mut inner = self.shared.inner.lock().expect("task log lock");
                 while inner.pending.is_empty() && !inner.stop {
+                    inner.writer_idle = true;
                     inner = self.shared.wake.wait(inner).expect("task log lock");
                 }
+                inner.writer_idle = false;
                 if inner.pending.is_empty() {
                     return;
                 }
                 let batch = std::mem::replace(&mut inner.pending, std::mem::take(&mut spare));
-                let rotate = self.seg_bytes + batch.len() as u64 >= self.shared.opts.segment_bytes
+                let rotate = self.seg_bytes >= self.shared.opts.segment_bytes
                     && !inner.snapshotting
                     && !inner.stop;
                 let view: Option<View> = rotate.then(|| {
@@ -615,9 +631,14 @@ impl Writer {
                 });
                 (batch, inner.appended, view)
             };
+            out.clear();
+            if let Err(e) = files::encode_batch(&mut self.history, &batch, &mut out) {
+                self.fail(e.to_string(), generation);
+                return;
+            }
             let written = self
                 .file
-                .write_all(&batch)
+                .write_all(&out)
                 .and_then(|()| self.file.sync_data());
             let stats = &self.shared.stats;
             stats.syncs.fetch_add(1, Relaxed);
@@ -625,9 +646,9 @@ impl Writer {
                 self.fail(format!("writing the task log: {e}"), generation);
                 return;
             }
-            stats.bytes_appended.fetch_add(batch.len() as u64, Relaxed);
+            stats.bytes_appended.fetch_add(out.len() as u64, Relaxed);
             stats.records_appended.store(generation, Relaxed);
-            self.seg_bytes += batch.len() as u64;
+            self.seg_bytes += out.len() as u64;
             let _ = self.done.send(Done {
                 generation,
                 failed: false,
@@ -661,6 +682,7 @@ impl Writer {
         files::sync_dir(&dir)?;
         self.segment = next;
         self.seg_bytes = 0;
+        self.history = files::History::default();
         let shared = Arc::clone(&self.shared);
         let thread = std::thread::Builder::new()
             .name("loopguard-snapshot".into())
@@ -699,29 +721,36 @@ impl Writer {
 
 fn write_snapshot(dir: &Path, n: u64, view: &View) -> Result<(), StoreError> {
     files::write_atomically(dir, &files::snapshot_path(dir, n), |w| {
-        let mut buf = Vec::with_capacity(64 << 10);
+        let mut history = files::History::default();
+        let mut records = Vec::with_capacity(512 << 10);
+        let mut out = Vec::with_capacity(256 << 10);
+        let mut flush = |records: &mut Vec<u8>| -> Result<(), StoreError> {
+            out.clear();
+            files::encode_batch(&mut history, records, &mut out)?;
+            records.clear();
+            w.write_all(&out)
+                .map_err(|e| StoreError::Io(format!("writing a snapshot: {e}")))
+        };
         for task in view {
-            buf.clear();
             files::frame(
-                &mut buf,
+                &mut records,
                 &RecordRef::Task {
                     state: &task.state,
                     audit: &task.audit,
                     subtasks: &task.subtasks,
                 },
             )?;
-            w.write_all(&buf)
-                .map_err(|e| StoreError::Io(format!("writing a snapshot: {e}")))?;
+            if records.len() >= 256 << 10 {
+                flush(&mut records)?;
+            }
         }
-        buf.clear();
         files::frame(
-            &mut buf,
+            &mut records,
             &Record::End {
                 tasks: view.len() as u64,
             },
         )?;
-        w.write_all(&buf)
-            .map_err(|e| StoreError::Io(format!("writing a snapshot: {e}")))
+        flush(&mut records)
     })
 }
 
@@ -732,7 +761,7 @@ fn load_snapshot(path: &Path, tasks: &mut Tasks, kept: usize) -> Result<(), Stor
     };
     let mut count = 0u64;
     let mut ended = None;
-    let tail = files::read_records(path, |record, offset| {
+    let read = files::read_records(path, |record, offset| {
         if ended.is_some() {
             return Err(corrupt(format!("a record after the end, at byte {offset}")));
         }
@@ -750,7 +779,7 @@ fn load_snapshot(path: &Path, tasks: &mut Tasks, kept: usize) -> Result<(), Stor
         }
         Ok(())
     })?;
-    if let files::Tail::Torn { offset, why } = tail {
+    if let files::Tail::Torn { offset, why } = read.tail {
         // Snapshots are renamed into place only once complete: this is damage, not a crash.
         return Err(corrupt(format!("{why} at byte {offset}")));
     }
