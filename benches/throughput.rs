@@ -9,114 +9,15 @@
 //! long each cell runs (default 10). `LOOPGUARD_BIN` measures another build of the binary (an
 //! older commit's, as a baseline) against the same echo.
 
-use serde_json::json;
-use std::io::{BufRead, Write};
+mod common;
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use common::{get, metric, wrk, Server};
+use serde_json::json;
+use std::io::Write;
 
 /// Tasks the requests are spread over: events of one task are evaluated one at a time.
 const TASKS: usize = 64;
 const FAILURE: &str = "ValueError: invalid configuration value for key";
-
-struct Server {
-    child: Child,
-    base: String,
-    dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = std::env::var_os("LOOPGUARD_BIN")
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_loopguard").into());
-        let mut child = Command::new(bin)
-            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path())
-            // Gate, pivots and budget off: every task stays active however many loops it makes.
-            .args(["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"])
-            .args(["--set", "detect.budget.max_events=0"])
-            .env("LOOPGUARD_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start loopguard serve");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let base = line
-            .trim()
-            .trim_start_matches("loopguard listening on ")
-            .to_string();
-        Server { child, base, dir }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// What one wrk run measured.
-struct Cell {
-    rps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    requests: u64,
-    non_2xx: u64,
-}
-
-/// wrk prints latencies as `9.62ms`, `850.00us`, `1.02s`.
-fn millis(s: &str) -> f64 {
-    let (num, scale) = if let Some(v) = s.strip_suffix("us") {
-        (v, 1e-3)
-    } else if let Some(v) = s.strip_suffix("ms") {
-        (v, 1.0)
-    } else if let Some(v) = s.strip_suffix('s') {
-        (v, 1e3)
-    } else {
-        (s, f64::NAN)
-    };
-    num.parse::<f64>().map_or(f64::NAN, |n| n * scale)
-}
-
-fn wrk(base: &str, script: &std::path::Path, connections: usize, seconds: u64) -> Cell {
-    let out = Command::new("wrk")
-        .args(["-t2", &format!("-c{connections}"), &format!("-d{seconds}s")])
-        .arg("--latency")
-        .arg("-s")
-        .arg(script)
-        .arg(base)
-        .output()
-        .expect("run wrk (apt-get install wrk)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut cell = Cell {
-        rps: f64::NAN,
-        p50_ms: f64::NAN,
-        p99_ms: f64::NAN,
-        requests: 0,
-        non_2xx: 0,
-    };
-    for line in text.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        match words.as_slice() {
-            ["Requests/sec:", v] => cell.rps = v.parse().unwrap_or(f64::NAN),
-            ["50%", v] => cell.p50_ms = millis(v),
-            ["99%", v] => cell.p99_ms = millis(v),
-            [n, "requests", "in", ..] => cell.requests = n.parse().unwrap_or(0),
-            ["Non-2xx", "or", "3xx", "responses:", n] => cell.non_2xx = n.parse().unwrap_or(0),
-            _ => {}
-        }
-    }
-    assert!(
-        cell.rps.is_finite(),
-        "wrk printed no rate:\n{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    cell
-}
 
 /// The plain axum JSON echo: what the HTTP stack and JSON parsing cost on their own.
 fn start_echo(rt: &tokio::runtime::Runtime) -> String {
@@ -133,42 +34,22 @@ fn start_echo(rt: &tokio::runtime::Runtime) -> String {
     format!("http://{addr}")
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
 fn main() {
     let seconds: u64 = std::env::var("THROUGHPUT_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
-    if Command::new("wrk").arg("--version").output().is_err() {
-        panic!("this benchmark drives the service with wrk: apt-get install wrk");
-    }
+    common::require_wrk();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let echo = start_echo(&rt);
-    let server = Server::start();
+    let server = Server::start(&[]);
     loopguard::judge::http::install_tls_provider();
     let client = reqwest::Client::new();
-    let get = |path: &str| {
-        rt.block_on(async {
-            let r = client.get(format!("{}{path}", server.base)).send().await?;
-            let ok = r.status().is_success();
-            r.text().await.map(|t| (ok, t))
-        })
-    };
-    for _ in 0..600 {
-        if get("/readyz").is_ok_and(|(ok, _)| ok) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_ready(&rt, &client, &server.base);
     // Each task starts with two failures: the load then repeats one of them, decided on keys.
     rt.block_on(async {
         for t in 0..TASKS {
@@ -197,7 +78,7 @@ end
 "#
     )
     .unwrap();
-    let metrics_before = get("/metrics").unwrap().1;
+    let metrics_before = get(&rt, &client, format!("{}/metrics", server.base));
 
     println!(
         "| connections | server | requests/s | p50 ms | p99 ms | requests | non-2xx | of echo |"
@@ -220,13 +101,12 @@ end
             );
         }
     }
-    let metrics = get("/metrics").unwrap().1;
+    let metrics = get(&rt, &client, format!("{}/metrics", server.base));
     let appended = metric(&metrics, "loopguard_task_log_bytes_appended_total")
         - metric(&metrics_before, "loopguard_task_log_bytes_appended_total");
     let syncs = metric(&metrics, "loopguard_task_log_syncs_total")
         - metric(&metrics_before, "loopguard_task_log_syncs_total");
     let on_disk = metric(&metrics, "loopguard_task_log_disk_bytes");
-    let _ = &server.dir;
     println!();
     println!(
         "task log: {events} events, {appended:.0} bytes appended ({:.0} bytes per event), {syncs:.0} syncs ({:.1} events per sync), {on_disk:.0} bytes on disk at the end",

@@ -23,6 +23,9 @@ pub const DISK_FORMAT_VERSION: u32 = 1;
 
 const META_FORMAT: &[u8] = b"meta:format";
 
+/// A task as the sled store kept it: its state, audit trail and subtasks.
+pub type StoredTask = (TaskState, Vec<AuditRecord>, Vec<String>);
+
 pub struct SledStore {
     db: sled::Db,
     flusher: Flusher,
@@ -203,9 +206,7 @@ impl SledStore {
     /// Task states a version before the task log kept here, each with its audit trail and its
     /// subtasks: the service moves them to the task log once, at start
     /// ([`SledStore::forget_tasks`] then drops them here).
-    pub fn stored_tasks(
-        &self,
-    ) -> Result<Vec<(TaskState, Vec<AuditRecord>, Vec<String>)>, StoreError> {
+    pub fn stored_tasks(&self) -> Result<Vec<StoredTask>, StoreError> {
         let mut out = Vec::new();
         for item in self.db.scan_prefix(b"s:") {
             let (k, v) = item.map_err(io)?;

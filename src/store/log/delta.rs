@@ -45,9 +45,10 @@ impl<T: PartialEq + Clone> Field<T> {
 /// How a bounded history changed: `drop` entries left its front, entries at `set` (indexes after
 /// the drop) were changed in place, `push` were added at its back; or, when that says no less,
 /// the whole history as it is now.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case", bound(deserialize = "T: Deserialize<'de>"))]
 pub enum Seq<T> {
+    #[default]
     Same,
     Edit {
         #[serde(default, skip_serializing_if = "is_zero")]
@@ -64,12 +65,6 @@ pub enum Seq<T> {
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
-}
-
-impl<T> Default for Seq<T> {
-    fn default() -> Self {
-        Seq::Same
-    }
 }
 
 impl<T> Seq<T> {
