@@ -85,6 +85,14 @@ impl Engine {
         };
         let entry = &pass.entry;
         let text = head_tail(&entry.body.display_text(), self.cfg.model.max_text_chars);
+        // A loop repeated word for word: the memory already has it (a near-duplicate of the
+        // task's own record would not be added again) and, unchanged since, lists the same
+        // neighbours. The exact path stays exact.
+        let text_key = crate::signature::key64(&text);
+        if let Some(listing) = mem.listing(&state.root, kind, text_key) {
+            return listing;
+        }
+        let changes = mem.changes();
         let record = LoopRecord {
             id: 0,
             task_id: state.root.clone(),
@@ -119,6 +127,7 @@ impl Engine {
             let c = mem.config();
             let similar = mem.similar(&vector, c.k, c.min_similarity, Some(&state.root));
             remember(mem, record, vector).await;
+            mem.keep_listing(&state.root, kind, text_key, changes, &similar);
             return similar;
         }
         let (mem, embedder) = (Arc::clone(mem), self.embedder.clone());

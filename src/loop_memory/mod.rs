@@ -21,7 +21,7 @@
 
 use crate::config::MemoryConfig;
 use crate::embed::{cosine, Vector};
-use crate::verdict::{Resolution, SimilarLoop};
+use crate::verdict::{LoopKind, Resolution, SimilarLoop};
 use hnsw_rs::prelude::{Distance, Hnsw};
 use serde::{Deserialize, Serialize};
 pub use sled_loops::SledLoops;
@@ -87,6 +87,9 @@ struct Inner {
     generation: u64,
     /// Records added since the running build took its snapshot: the new index gets them too.
     added_since_snapshot: Vec<u64>,
+    /// Bumped by every change (a write lock taken): a listing computed at one count is still
+    /// the answer while the count has not moved.
+    changes: u64,
 }
 
 impl Inner {
@@ -98,6 +101,7 @@ impl Inner {
             by_task: HashMap::new(),
             order: VecDeque::new(),
             next_id: 1,
+            changes: 0,
             index_ready: true,
             rebuilding: false,
             generation: 0,
@@ -174,6 +178,9 @@ impl Inner {
 
     /// Forget records (their points stay in the index, filtered out of searches).
     fn remove(&mut self, ids: &[u64]) {
+        if !ids.is_empty() {
+            self.changes += 1;
+        }
         let mut gone = std::collections::HashSet::new();
         for id in ids {
             if let Some((r, _)) = self.records.remove(id) {
@@ -238,7 +245,14 @@ pub struct LoopMemory {
     resolutions: Mutex<HashMap<String, Resolution>>,
     /// With a shared store: the last change applied. Its lock keeps syncs in order.
     cursor: tokio::sync::Mutex<u64>,
+    /// The last listing per (task, loop kind, text): a loop repeated word for word asks for the
+    /// same neighbours again, and while the memory has not changed they are the same (see
+    /// [`LoopMemory::listing`]).
+    listings: Mutex<lru::LruCache<(String, LoopKind, u64), (u64, Vec<SimilarLoop>)>>,
 }
+
+/// Listings kept for repeated loops.
+const LISTINGS_KEPT: usize = 4096;
 
 /// Resolutions kept for loops still being remembered.
 const PENDING_RESOLUTIONS: usize = 10_000;
@@ -311,6 +325,9 @@ impl LoopMemory {
             rebuild: Mutex::new(None),
             resolutions: Mutex::new(HashMap::new()),
             cursor: tokio::sync::Mutex::new(0),
+            listings: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(LISTINGS_KEPT).expect("non-zero"),
+            )),
         }
     }
 
@@ -343,6 +360,9 @@ impl LoopMemory {
     /// Apply a store's changes to what this process holds.
     fn apply(&self, changes: Changes) {
         let mut inner = self.inner.write().expect("memory lock");
+        if changes.reload || !changes.upserts.is_empty() {
+            inner.changes += 1;
+        }
         if changes.reload {
             inner.clear(&self.cfg);
         }
@@ -414,6 +434,7 @@ impl LoopMemory {
     /// with both cores. Not persisted.
     pub fn load(&self, items: Vec<(LoopRecord, Vector)>) {
         let mut inner = self.inner.write().expect("memory lock");
+        inner.changes += 1;
         {
             let batch: Vec<(&[f32], usize)> =
                 items.iter().map(|(r, v)| (&v[..], r.id as usize)).collect();
@@ -493,6 +514,7 @@ impl LoopMemory {
             if inner.has_near_duplicate(&record, &vector, dedupe) {
                 return Ok(None);
             }
+            inner.changes += 1;
             record.id = inner.next_id;
             inner.add(record.clone(), vector.clone(), true);
             let evicted = self.evict(&mut inner);
@@ -541,6 +563,7 @@ impl LoopMemory {
                 let started = std::time::Instant::now();
                 let index = build_index(&cfg, &snapshot);
                 let mut inner = shared.write().expect("memory lock");
+                inner.changes += 1;
                 if inner.install(index, snapshot.len(), generation) {
                     tracing::info!(
                         event = "loop_memory_indexed",
@@ -594,6 +617,7 @@ impl LoopMemory {
         }
         let updated: Vec<(LoopRecord, Vector)> = {
             let mut inner = self.inner.write().expect("memory lock");
+            inner.changes += 1;
             let ids = inner.by_task.get(task_id).cloned().unwrap_or_default();
             let mut updated = Vec::new();
             for id in ids {
@@ -616,6 +640,7 @@ impl LoopMemory {
     pub async fn forget_task(&self, task_id: &str) -> Result<(), MemoryError> {
         let ids = {
             let mut inner = self.inner.write().expect("memory lock");
+            inner.changes += 1;
             let ids = inner.by_task.get(task_id).cloned().unwrap_or_default();
             inner.remove(&ids);
             ids
@@ -631,6 +656,36 @@ impl LoopMemory {
 
     /// The `k` stored loops closest to `vector` with at least `min_similarity`, leaving out the
     /// loops of `exclude_task`; resolved ones first among equals.
+    /// How many changes the memory has seen: a listing taken at this count is still right
+    /// while it holds.
+    pub fn changes(&self) -> u64 {
+        self.inner.read().expect("memory lock").changes
+    }
+
+    /// The listing kept for `task`'s loop of `kind` on the text with key `text`, if the memory
+    /// has not changed since it was made.
+    pub fn listing(&self, task: &str, kind: LoopKind, text: u64) -> Option<Vec<SimilarLoop>> {
+        let changes = self.changes();
+        let mut listings = self.listings.lock().expect("listings lock");
+        let (at, listing) = listings.get(&(task.to_string(), kind, text))?;
+        (*at == changes).then(|| listing.clone())
+    }
+
+    /// Keep a listing made when the memory had seen `changes` changes.
+    pub fn keep_listing(
+        &self,
+        task: &str,
+        kind: LoopKind,
+        text: u64,
+        changes: u64,
+        listing: &[SimilarLoop],
+    ) {
+        self.listings
+            .lock()
+            .expect("listings lock")
+            .put((task.to_string(), kind, text), (changes, listing.to_vec()));
+    }
+
     pub fn similar(
         &self,
         vector: &[f32],

@@ -199,3 +199,37 @@ async fn survives_a_reopen() {
     let (r, v) = rec("b", "something else entirely");
     assert_eq!(m.remember(r, v).await.unwrap(), Some(2));
 }
+
+#[tokio::test]
+async fn a_kept_listing_holds_until_the_memory_changes() {
+    let m = LoopMemory::in_memory(cfg(100));
+    let (r, v) = rec("a", "database connection pool exhausted");
+    m.remember(r, v).await.unwrap();
+    let kind = LoopKind::ExactRepeat;
+    let at = m.changes();
+    let listing = m.similar(&StubBackend::vector("pool exhausted"), 3, 0.0, Some("b"));
+    m.keep_listing("b", kind, 7, at, &listing);
+    assert_eq!(m.listing("b", kind, 7), Some(listing.clone()));
+    assert_eq!(m.listing("b", kind, 8), None, "another text");
+    assert_eq!(m.listing("c", kind, 7), None, "another task");
+    // A near-duplicate of a task's own loop is not added: nothing changed.
+    let (r, v) = rec("a", "database connection pool exhausted");
+    assert_eq!(m.remember(r, v).await.unwrap(), None);
+    assert!(m.listing("b", kind, 7).is_some());
+    // Any change (a new loop, a resolution) makes the listing stale.
+    let (r, v) = rec("c", "the weather today is sunny and warm");
+    m.remember(r, v).await.unwrap();
+    assert_eq!(m.listing("b", kind, 7), None);
+    m.keep_listing("b", kind, 7, m.changes(), &listing);
+    m.resolve(
+        "a",
+        Resolution {
+            result: "success".into(),
+            note: None,
+            ts: 1,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(m.listing("b", kind, 7), None);
+}
