@@ -169,9 +169,10 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
-    // What every event's commit pays for the task state beyond detection: the engine works on a
-    // copy of the state, and the durable store writes it as JSON. Measured on a full window
-    // (20 events, 20 verdict summaries), the steady state of a long task.
+    // What an event's commit pays for the task state beyond detection, on a full window (20
+    // events, 20 verdict summaries), the steady state of a long task: before the task log, a
+    // copy of the whole state written as JSON (kept as the reference); now the change from the
+    // state before the event, written as JSON (then compressed with its batch).
     let mut g = c.benchmark_group("state");
     let task = "full-window";
     rt.block_on(async {
@@ -196,6 +197,20 @@ fn bench(c: &mut Criterion) {
     );
     g.bench_function("clone_and_serialize_full_window", |b| {
         b.iter(|| serde_json::to_vec(&state.clone()).unwrap())
+    });
+    rt.block_on(engine.evaluate(failure(task, MESSAGES[0])))
+        .unwrap();
+    let next = rt.block_on(engine.snapshot(task)).unwrap().unwrap();
+    eprintln!(
+        "one event's change: {} bytes of JSON",
+        serde_json::to_vec(&loopguard::store::log::StateDelta::between(&state, &next))
+            .unwrap()
+            .len()
+    );
+    g.bench_function("delta_of_one_event_full_window", |b| {
+        b.iter(|| {
+            serde_json::to_vec(&loopguard::store::log::StateDelta::between(&state, &next)).unwrap()
+        })
     });
     g.finish();
 

@@ -1,6 +1,6 @@
 //! End-to-end load benchmark of `loopguard serve`: requests/s and p50/p99 latency for the exact
 //! path and the semantic path at several concurrency levels, with continuous batching and with
-//! batching off (`model.max_batch = 1`), against the real binary, model and sled store.
+//! batching off (`model.max_batch = 1`), against the real binary, model and durable store.
 //!
 //! Run: `cargo bench --bench load` (after `python3 models/fetch.py`). Prints Markdown tables.
 //! `LOAD_SECONDS` sets how long each cell runs (default 5). `LOOPGUARD_BIN` runs another build

@@ -248,8 +248,11 @@ pub struct LoopMemory {
     /// The last listing per (task, loop kind, text): a loop repeated word for word asks for the
     /// same neighbours again, and while the memory has not changed they are the same (see
     /// [`LoopMemory::listing`]).
-    listings: Mutex<lru::LruCache<(String, LoopKind, u64), (u64, Vec<SimilarLoop>)>>,
+    listings: Mutex<lru::LruCache<ListingKey, (u64, Vec<SimilarLoop>)>>,
 }
+
+/// A kept listing's key: the task, the loop's kind and the key of its text.
+type ListingKey = (String, LoopKind, u64);
 
 /// Listings kept for repeated loops.
 const LISTINGS_KEPT: usize = 4096;
