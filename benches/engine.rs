@@ -4,6 +4,9 @@
 //!
 //! Run: `cargo bench --bench engine` (needs `python3 models/fetch.py` first).
 
+mod common;
+
+use common::word;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use loopguard::event::parse_envelope_value;
 use loopguard::{Config, Embedder, Engine, Envelope};
@@ -43,18 +46,6 @@ fn config() -> Arc<Config> {
 }
 
 static TASK: AtomicU64 = AtomicU64::new(0);
-
-/// A distinct lowercase word for every n.
-fn word(mut n: u64) -> String {
-    let mut w = String::new();
-    loop {
-        w.push(char::from(b'a' + (n % 26) as u8));
-        n /= 26;
-        if n == 0 {
-            return w;
-        }
-    }
-}
 
 /// A task whose window holds the eight messages (embedded), ready for one more event.
 fn prepared(rt: &tokio::runtime::Runtime, engine: &Engine) -> String {

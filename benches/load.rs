@@ -11,9 +11,10 @@
 //! the embedded store and on PostgreSQL side by side, with the same load: PostgreSQL at
 //! `LOAD_DATABASE_URL` (required there; e.g. a throwaway cluster, see docs/PERFORMANCE.md).
 
+mod common;
+
+use common::{word, Server};
 use serde_json::json;
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,65 +22,6 @@ use std::time::{Duration, Instant};
 fn client() -> reqwest::Client {
     loopguard::judge::http::install_tls_provider();
     reqwest::Client::new()
-}
-
-struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = std::env::var_os("LOOPGUARD_BIN")
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_loopguard").into());
-        let mut child = Command::new(bin)
-            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path())
-            // Gate and pivots off: tasks stay active however many loops the load makes.
-            .args(["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"])
-            // Thousands of events per task: no budget.
-            .args(["--set", "detect.budget.max_events=0"])
-            .args(extra)
-            .env("LOOPGUARD_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start loopguard serve");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let base = line
-            .trim()
-            .trim_start_matches("loopguard listening on ")
-            .to_string();
-        Server {
-            child,
-            base,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A distinct lowercase word for every n (texts without digits: a differing number would be
-/// decided on keys, without the model).
-fn word(mut n: u64) -> String {
-    let mut w = String::new();
-    loop {
-        w.push(char::from(b'a' + (n % 26) as u8));
-        n /= 26;
-        if n == 0 {
-            return w;
-        }
-    }
 }
 
 #[derive(Clone, Copy, PartialEq)]

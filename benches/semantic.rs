@@ -12,25 +12,12 @@
 
 mod common;
 
-use common::{wrk, Server};
+use common::{word, wrk, Server};
 use loopguard::embed::{EmbedBackend, FastEmbedBackend};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 const TASKS: usize = 64;
-
-/// A distinct lowercase word for every n (no digits: a differing number is decided on keys,
-/// without the model).
-fn word(mut n: u64) -> String {
-    let mut w = String::new();
-    loop {
-        w.push(char::from(b'a' + (n % 26) as u8));
-        n /= 26;
-        if n == 0 {
-            return w;
-        }
-    }
-}
 
 /// The text the service embeds for the k-th failure of the load (normalised: lower case).
 fn text(k: u64, salt: u64) -> String {

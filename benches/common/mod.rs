@@ -153,3 +153,16 @@ pub fn require_wrk() {
         panic!("this benchmark drives the service with wrk: apt-get install wrk");
     }
 }
+
+/// A distinct lowercase word for every n (texts without digits: a differing number would be
+/// decided on keys, without the model).
+pub fn word(mut n: u64) -> String {
+    let mut w = String::new();
+    loop {
+        w.push(char::from(b'a' + (n % 26) as u8));
+        n /= 26;
+        if n == 0 {
+            return w;
+        }
+    }
+}
