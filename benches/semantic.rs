@@ -101,7 +101,9 @@ fn main() {
                 std::thread::sleep(Duration::from_micros(500));
             }
             let per = started.elapsed().as_secs_f64() / n as f64 - 0.0005;
-            println!("threads {threads}: batch 1 {b1:.0}/s, batch 32 {b32:.0}/s, paused calls {:.0}/s of model time", 1.0 / per);
+            let b16 = raw(&mut backend, 16, 4, 1 << 46);
+            let b64 = raw(&mut backend, 64, 4, 1 << 47);
+            println!("threads {threads}: batch 1 {b1:.0}/s, batch 16 {b16:.0}/s, batch 32 {b32:.0}/s, batch 64 {b64:.0}/s, paused calls {:.0}/s of model time", 1.0 / per);
         }
         return;
     }
