@@ -172,7 +172,7 @@ fn stores(rt: &tokio::runtime::Runtime, seconds: f64, salt: &mut u64) {
     println!("| store | concurrency | requests/s | p50 ms | p99 ms | requests | errors |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for (store, extra) in [
-        ("embedded (sled)", vec![]),
+        ("embedded (task log)", vec![]),
         (
             "postgres",
             vec![
