@@ -303,6 +303,28 @@ impl LogStore {
             .copied()
             .filter(|&n| n >= base)
             .collect();
+        // Segments follow each other from the snapshot on (or from 0 with none): a missing one
+        // would silently lose what it held.
+        let first = if listing.snapshots.is_empty() {
+            0
+        } else {
+            base
+        };
+        for (expected, &n) in (first..).zip(&segments) {
+            if n != expected {
+                return Err(StoreError::Corrupt {
+                    task: files::segment_path(dir, expected).display().to_string(),
+                    message: format!(
+                        "missing: segment {n} follows {}",
+                        if expected == first && listing.snapshots.is_empty() {
+                            "no snapshot".to_string()
+                        } else {
+                            format!("segment {}", expected.saturating_sub(1))
+                        }
+                    ),
+                });
+            }
+        }
         // The last segment's records: its next batch is compressed against them.
         let mut history = files::History::default();
         for (i, &n) in segments.iter().enumerate() {

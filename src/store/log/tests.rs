@@ -343,3 +343,22 @@ fn sizes_of_snapshots(dir: &Path) -> Vec<u64> {
         })
         .collect()
 }
+
+/// A segment that went missing (deleted by hand, a bad restore) is refused by name, not skipped.
+#[test]
+fn a_missing_segment_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut record = Vec::new();
+    files::frame(&mut record, &Record::Delete { root: "x".into() }).unwrap();
+    let mut good = files::MAGIC.to_vec();
+    files::encode_batch(&mut files::History::default(), &record, &mut good).unwrap();
+    std::fs::write(files::segment_path(dir.path(), 0), &good).unwrap();
+    std::fs::write(files::segment_path(dir.path(), 2), &good).unwrap();
+    let err = LogStore::open(dir.path(), small(1 << 20)).err().unwrap();
+    assert!(err.to_string().contains("seg-0000000001.log"), "{err}");
+
+    // Without a snapshot, the log starts at segment 0.
+    std::fs::remove_file(files::segment_path(dir.path(), 0)).unwrap();
+    let err = LogStore::open(dir.path(), small(1 << 20)).err().unwrap();
+    assert!(err.to_string().contains("no snapshot"), "{err}");
+}
