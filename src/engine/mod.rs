@@ -18,8 +18,9 @@
 //! Around the pipeline: `tasks.rs` (the per-task locks and the task lifecycle: reset, delete,
 //! expiry, the in-memory cache), `recall.rs` (the cross-task loop memory) and `feedback.rs`.
 //!
-//! Every change is computed on a copy of the task state and only replaces it after the store
-//! accepted the commit, so an error (model overloaded, store failure) leaves the task as it was.
+//! The pipeline changes the task's state in place; the store holds the state as last committed.
+//! An error (model overloaded, store failure) drops the changed state uncommitted, and the
+//! task's next event opens the stored one: the task is as it was.
 
 mod commit;
 mod detect;

@@ -1,6 +1,6 @@
 //! Where task state lives between events. For each event the engine opens the task
 //! ([`Store::begin`]: the state, and on a shared store the task's lock across replicas), computes
-//! the new state on a copy, and commits it with its audit records in one [`TaskTxn::commit`]; the
+//! the new state, and commits it with its audit records in one [`TaskTxn::commit`]; the
 //! verdict is answered only once that commit is durable. The engine keeps hot states in memory
 //! and hands them back to `begin`, so an embedded store never reads its disk on the hot path.
 //!
