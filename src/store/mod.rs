@@ -192,7 +192,8 @@ impl TaskTxn for MemoryTxn<'_> {
     }
 }
 
-fn ready<'a, T: Send + 'a>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
+/// A store answer that is already there (an embedded store's reads are synchronous).
+pub(crate) fn ready<'a, T: Send + 'a>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
     Box::pin(std::future::ready(v))
 }
 
@@ -244,12 +245,7 @@ impl Store for InMemoryStore {
 
     fn idle_roots(&self, before_ts: i64) -> StoreFuture<'_, Vec<String>> {
         let inner = self.inner.lock().expect("store lock");
-        ready(Ok(inner
-            .states
-            .values()
-            .filter(|s| s.updated_ts < before_ts)
-            .map(|s| s.root.clone())
-            .collect()))
+        ready(Ok(idle_of(inner.states.values(), before_ts)))
     }
 
     fn task_count(&self) -> StoreFuture<'_, usize> {
@@ -258,16 +254,38 @@ impl Store for InMemoryStore {
 
     fn recent_roots(&self, limit: usize) -> StoreFuture<'_, (usize, Vec<(String, i64)>)> {
         let inner = self.inner.lock().expect("store lock");
-        let mut top = Newest::new(limit);
-        for s in inner.states.values() {
-            top.offer(s.updated_ts, || s.root.clone());
-        }
-        ready(Ok((inner.states.len(), top.into_sorted())))
+        ready(Ok(recent_of(inner.states.values(), limit)))
     }
 
     fn flush(&self) -> StoreFuture<'_> {
         ready(Ok(()))
     }
+}
+
+/// Roots of the states last updated before `before_ts` (stores that hold every state in memory).
+pub(crate) fn idle_of<'a>(
+    states: impl Iterator<Item = &'a TaskState>,
+    before_ts: i64,
+) -> Vec<String> {
+    states
+        .filter(|s| s.updated_ts < before_ts)
+        .map(|s| s.root.clone())
+        .collect()
+}
+
+/// How many states, and the `limit` most recently updated (stores that hold every state in
+/// memory): what [`Store::recent_roots`] answers.
+pub(crate) fn recent_of<'a>(
+    states: impl Iterator<Item = &'a TaskState>,
+    limit: usize,
+) -> (usize, Vec<(String, i64)>) {
+    let mut total = 0;
+    let mut top = Newest::new(limit);
+    for s in states {
+        total += 1;
+        top.offer(s.updated_ts, || s.root.clone());
+    }
+    (total, top.into_sorted())
 }
 
 /// Keeps the `limit` newest of `(root, updated_ts)` pairs offered, without sorting them all or

@@ -13,7 +13,7 @@
 //! durable before the verdict is answered. Task ids cannot contain control characters, so `\0`
 //! is a safe separator.
 
-use super::{Durable, Opened, Store, StoreError, StoreFuture, TaskTxn};
+use super::{ready, Durable, Opened, Store, StoreError, StoreFuture, TaskTxn};
 use crate::audit::AuditRecord;
 use crate::state::TaskState;
 use std::path::Path;
@@ -326,10 +326,6 @@ impl TaskTxn for SledTxn<'_> {
             Ok(had)
         })
     }
-}
-
-fn ready<'a, T: Send + 'a>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
-    Box::pin(std::future::ready(v))
 }
 
 /// The result of a future this store made ready at once (its reads are synchronous).

@@ -20,7 +20,7 @@ mod files;
 
 pub use delta::StateDelta;
 
-use super::{Durable, Opened, Store, StoreError, StoreFuture, TaskTxn};
+use super::{ready, Durable, Opened, Store, StoreError, StoreFuture, TaskTxn};
 use crate::audit::AuditRecord;
 use crate::state::TaskState;
 use serde::{Deserialize, Serialize};
@@ -888,10 +888,6 @@ impl TaskTxn for LogTxn<'_> {
     }
 }
 
-fn ready<'a, T: Send + 'a>(v: Result<T, StoreError>) -> StoreFuture<'a, T> {
-    Box::pin(std::future::ready(v))
-}
-
 impl Store for LogStore {
     fn begin<'a>(
         &'a self,
@@ -938,13 +934,8 @@ impl Store for LogStore {
 
     fn idle_roots(&self, before_ts: i64) -> StoreFuture<'_, Vec<String>> {
         let inner = self.inner();
-        ready(Ok(inner
-            .tasks
-            .tasks
-            .values()
-            .filter(|t| t.state.updated_ts < before_ts)
-            .map(|t| t.state.root.clone())
-            .collect()))
+        let states = inner.tasks.tasks.values().map(|t| &*t.state);
+        ready(Ok(super::idle_of(states, before_ts)))
     }
 
     fn task_count(&self) -> StoreFuture<'_, usize> {
@@ -953,11 +944,8 @@ impl Store for LogStore {
 
     fn recent_roots(&self, limit: usize) -> StoreFuture<'_, (usize, Vec<(String, i64)>)> {
         let inner = self.inner();
-        let mut top = super::Newest::new(limit);
-        for t in inner.tasks.tasks.values() {
-            top.offer(t.state.updated_ts, || t.state.root.clone());
-        }
-        ready(Ok((inner.tasks.tasks.len(), top.into_sorted())))
+        let states = inner.tasks.tasks.values().map(|t| &*t.state);
+        ready(Ok(super::recent_of(states, limit)))
     }
 
     fn flush(&self) -> StoreFuture<'_> {
