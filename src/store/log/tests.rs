@@ -362,3 +362,74 @@ fn a_missing_segment_is_refused_by_name() {
     let err = LogStore::open(dir.path(), small(1 << 20)).err().unwrap();
     assert!(err.to_string().contains("no snapshot"), "{err}");
 }
+
+/// A model that fails on texts saying "boom" (the stub otherwise).
+struct FailsOnBoom;
+
+impl crate::embed::EmbedBackend for FailsOnBoom {
+    fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, crate::embed::EmbedError> {
+        if texts.iter().any(|t| t.contains("boom")) {
+            return Err(crate::embed::EmbedError::Model("boom".into()));
+        }
+        Ok(texts
+            .iter()
+            .map(|t| crate::embed::StubBackend::vector(t))
+            .collect())
+    }
+
+    fn describe(&self) -> String {
+        "fails on boom (tests only)".into()
+    }
+}
+
+/// The engine changes a task's state in place; an evaluation that fails commits nothing, and
+/// the task's next event starts from the state as committed, on the store and in the engine.
+#[test]
+fn a_failed_evaluation_leaves_the_task_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    block_on(async {
+        let store = Arc::new(LogStore::open(dir.path(), LogOptions::default()).unwrap());
+        let embedder = Embedder::start(
+            || Ok(Box::new(FailsOnBoom) as Box<dyn crate::embed::EmbedBackend>),
+            crate::embed::EmbedderOptions::default(),
+        );
+        let engine = Engine::with_store(
+            Arc::new(Config::default()),
+            embedder,
+            Arc::clone(&store) as Arc<dyn Store>,
+        );
+        let failure = |m: &str| {
+            parse_envelope_value(
+                json!({"task_id": "t", "event": {"type": "failure", "message": m}}),
+            )
+            .unwrap()
+        };
+        for _ in 0..2 {
+            engine
+                .evaluate(failure("ValueError: invalid configuration value for key"))
+                .await
+                .unwrap();
+        }
+        let before = engine.snapshot("t").await.unwrap().unwrap();
+        let appended = store.inner().appended;
+        let err = engine
+            .evaluate(failure("RuntimeError: boom in the scheduler"))
+            .await;
+        assert!(err.is_err(), "the model failed");
+        assert_eq!(store.inner().appended, appended, "nothing was committed");
+        let after = engine.snapshot("t").await.unwrap().unwrap();
+        assert_eq!(after, before, "the task is as it was");
+        // The next event continues from the committed state: seq and counter move by one.
+        let v = engine
+            .evaluate(failure("ValueError: invalid configuration value for key"))
+            .await
+            .unwrap();
+        let next = engine.snapshot("t").await.unwrap().unwrap();
+        assert_eq!(
+            v.seq, before.next_seq,
+            "the failed event took no sequence number"
+        );
+        assert_eq!(next.events_total, before.events_total + 1);
+        assert_eq!(next.loop_count, before.loop_count + 1, "{v:?}");
+    });
+}
