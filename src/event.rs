@@ -133,6 +133,11 @@ impl ToolResult {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Response {
     pub text: String,
+    /// A piece of a response still being generated: checked for repetition inside the stream
+    /// (with the task's earlier chunks since its last whole response), not compared with
+    /// earlier turns. Send the whole response as a plain `response` when it ends.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chunk: bool,
 }
 
 /// One agent asking another for help (collaboration loops).

@@ -76,6 +76,7 @@ impl TaskState {
                     }
                 }
                 EntryBody::Transition { .. }
+                | EntryBody::ResponseChunk { .. }
                 | EntryBody::Progress { .. }
                 | EntryBody::Outcome { .. } => {}
             }
@@ -129,6 +130,11 @@ pub enum EntryBody {
         sha256: String,
         sig: TextSig,
     },
+    /// A piece of a response still streaming (`"chunk": true`): looked at for repetition inside
+    /// the stream ([`TaskState::streams`]), never kept in the window nor compared with turns.
+    ResponseChunk {
+        chars: usize,
+    },
     Collaboration {
         from_agent: String,
         to_agent: String,
@@ -173,7 +179,7 @@ impl EntryBody {
         match self {
             EntryBody::Failure { .. } => "failure",
             EntryBody::ToolCall { .. } => "tool_call",
-            EntryBody::Response { .. } => "response",
+            EntryBody::Response { .. } | EntryBody::ResponseChunk { .. } => "response",
             EntryBody::Collaboration { .. } => "collaboration",
             EntryBody::Transition { .. } => "transition",
             EntryBody::Progress { .. } => "progress",
@@ -192,6 +198,7 @@ impl EntryBody {
                 _ => call.text.clone(),
             },
             EntryBody::Transition { from, to } => format!("{from} → {to}"),
+            EntryBody::ResponseChunk { chars } => format!("a response chunk of {chars} characters"),
             EntryBody::Progress { .. } => "progress".into(),
             EntryBody::Outcome { result } => result.clone(),
         }
@@ -354,8 +361,28 @@ pub struct TaskState {
     /// Judge consultations so far (bounded by `judge.max_calls_per_task`).
     #[serde(default)]
     pub judge_calls: u32,
+    /// Responses still streaming, by the task id that sends their chunks (a subtask streams
+    /// apart from its root): the tail each one is checked on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub streams: BTreeMap<String, StreamTail>,
     pub created_ts: i64,
     pub updated_ts: i64,
+}
+
+/// The end of a response still streaming, as far as it has come
+/// ([`crate::detect::content::STREAM_TAIL_CHARS`] characters at most).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StreamTail {
+    pub text: String,
+    /// `text` starts inside a fenced code block (its opening was cut off).
+    #[serde(default)]
+    pub fence_open: bool,
+    pub chunks: u64,
+    /// Seq of the last chunk: the stream written to longest ago is forgotten first.
+    pub last_seq: u64,
+    /// A content loop was reported for this stream: its later chunks are not reported again.
+    #[serde(default)]
+    pub flagged: bool,
 }
 
 /// Verdicts kept per task for inspection.
@@ -396,6 +423,7 @@ impl TaskState {
             last_agent: None,
             goal: None,
             judge_calls: 0,
+            streams: BTreeMap::new(),
             created_ts: now,
             updated_ts: now,
         }

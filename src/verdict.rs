@@ -27,6 +27,7 @@ pub enum LoopKind {
     SameError,
     ResultRepeat,
     SimilarResponse,
+    ContentLoop,
     CollaborationLoop,
     StepLimit,
     TransitionCycle,
@@ -35,7 +36,7 @@ pub enum LoopKind {
 }
 
 impl LoopKind {
-    pub const ALL: [LoopKind; 12] = [
+    pub const ALL: [LoopKind; 13] = [
         LoopKind::None,
         LoopKind::ExactRepeat,
         LoopKind::SemanticRepeat,
@@ -43,6 +44,7 @@ impl LoopKind {
         LoopKind::SameError,
         LoopKind::ResultRepeat,
         LoopKind::SimilarResponse,
+        LoopKind::ContentLoop,
         LoopKind::CollaborationLoop,
         LoopKind::StepLimit,
         LoopKind::TransitionCycle,
@@ -59,6 +61,7 @@ impl LoopKind {
             LoopKind::SameError => "same_error",
             LoopKind::ResultRepeat => "result_repeat",
             LoopKind::SimilarResponse => "similar_response",
+            LoopKind::ContentLoop => "content_loop",
             LoopKind::CollaborationLoop => "collaboration_loop",
             LoopKind::StepLimit => "step_limit",
             LoopKind::TransitionCycle => "transition_cycle",

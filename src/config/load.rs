@@ -225,6 +225,22 @@ impl Config {
                 "need repetitions >= 2 and max_period >= 1".into(),
             );
         }
+        let ct = &self.detect.content;
+        for (name, v, least) in [
+            ("min_sentence_words", ct.min_sentence_words, 1),
+            ("sentence_repeats", ct.sentence_repeats, 2),
+            ("max_block_sentences", ct.max_block_sentences, 1),
+            ("run_repeats", ct.run_repeats, 2),
+            ("min_run_words", ct.min_run_words, 1),
+            ("max_run_words", ct.max_run_words, 1),
+        ] {
+            if v < least {
+                return bad(
+                    &format!("detect.content.{name}"),
+                    format!("must be at least {least}, got {v}"),
+                );
+            }
+        }
         if self.detect.regression.attempts < 2 {
             return bad("detect.regression.attempts", "must be at least 2".into());
         }

@@ -185,6 +185,7 @@ pub struct DetectConfig {
     pub dead_ends: DeadEnds,
     pub cycles: Cycles,
     pub responses: Responses,
+    pub content: ContentLoops,
     pub steps: Steps,
     pub transitions: Transitions,
     pub regression: Regression,
@@ -201,6 +202,8 @@ pub struct EnabledDetectors {
     pub same_error: bool,
     pub result_repeat: bool,
     pub similar_response: bool,
+    #[serde(default = "yes")]
+    pub content_loop: bool,
     pub collaboration_loop: bool,
     pub step_limit: bool,
     pub transition_cycle: bool,
@@ -264,6 +267,28 @@ pub struct Cycles {
 #[serde(deny_unknown_fields)]
 pub struct Responses {
     pub window: usize,
+}
+
+/// Repetition inside one response or one stream (`detect/content.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentLoops {
+    /// Sentences shorter than this (words) are never counted ("Yes.", "Done.").
+    pub min_sentence_words: usize,
+    /// The same sentence (or block of sentences) this many times back to back is a loop...
+    pub sentence_repeats: usize,
+    /// ...a block being at most this many sentences.
+    pub max_block_sentences: usize,
+    /// A run of words repeated back to back this many times at the end of the text is a loop...
+    pub run_repeats: usize,
+    /// ...when the repeated runs cover at least this many words...
+    pub min_run_words: usize,
+    /// ...and one run is at most this many words.
+    pub max_run_words: usize,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

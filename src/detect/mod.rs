@@ -7,6 +7,7 @@
 
 pub mod budget;
 pub mod collaboration;
+pub mod content;
 pub mod cycle;
 pub mod dead_end;
 pub mod matching;
@@ -126,6 +127,8 @@ pub struct Ctx<'a> {
     /// their texts, computed by the link stage for the dead-end rules
     /// ([`dead_end::changes_to_compare`]).
     pub change_cosines: &'a [(u64, u64, f32)],
+    /// A repetition inside the event's own text (a response, or the stream it continues).
+    pub content: Option<&'a content::ContentRepeat>,
 }
 
 impl<'a> Ctx<'a> {
@@ -189,8 +192,9 @@ pub type Detector = fn(&Ctx<'_>) -> Option<Finding>;
 
 /// Detectors in priority order: the first finding is the verdict's kind.
 /// A cycle in progress wins over the repeats inside it, so it is counted once per period.
-pub const ORDER: [Detector; 10] = [
+pub const ORDER: [Detector; 11] = [
     budget::detect,
+    content::detect,
     regression::detect,
     collaboration::detect,
     cycle::detect,
@@ -213,6 +217,7 @@ pub fn enabled(cfg: &DetectConfig, kind: LoopKind) -> bool {
         LoopKind::SameError => e.same_error,
         LoopKind::ResultRepeat => e.result_repeat,
         LoopKind::SimilarResponse => e.similar_response,
+        LoopKind::ContentLoop => e.content_loop,
         LoopKind::CollaborationLoop => e.collaboration_loop,
         LoopKind::StepLimit => e.step_limit,
         LoopKind::TransitionCycle => e.transition_cycle,

@@ -106,6 +106,7 @@ impl Scene {
             step_entered: p.step_entered.clone(),
             events_total: self.state.events_total,
             change_cosines: &p.change_cosines,
+            content: None,
         }
     }
 

@@ -34,8 +34,12 @@ pub(super) fn finish(
         ..
     } = pass;
     // An outcome ends a stretch of work rather than being part of it: it is not kept in the
-    // window (a reset clears the window anyway).
-    if !matches!(entry.body, EntryBody::Outcome { .. }) {
+    // window (a reset clears the window anyway). A response chunk is part of a turn not yet
+    // finished: a long stream would push the task's work out of the window.
+    if !matches!(
+        entry.body,
+        EntryBody::Outcome { .. } | EntryBody::ResponseChunk { .. }
+    ) {
         state.push_entry(entry, cfg.detect.window);
     }
     let verdict = Verdict {

@@ -126,5 +126,8 @@ pub fn bare_event(e: &Entry) -> serde_json::Value {
             "coverage": metrics.coverage,
         }),
         EntryBody::Outcome { result } => json!({"type": "outcome", "result": result}),
+        EntryBody::ResponseChunk { chars } => {
+            json!({"type": "response", "chunk": true, "chars": chars})
+        }
     }
 }

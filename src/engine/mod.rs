@@ -103,6 +103,8 @@ pub(crate) struct Pass {
     pub links: Vec<Link>,
     /// Cosines of the changes of pairs of earlier calls (see [`Ctx::change_cosines`]).
     pub change_cosines: Vec<(u64, u64, f32)>,
+    /// A repetition inside the event's own text (see [`Ctx::content`]).
+    pub content: Option<crate::detect::content::ContentRepeat>,
     pub finding: Option<Finding>,
     /// Why the event is not a loop when a veto, the judge or the fallback cleared it.
     pub cleared: Option<String>,
@@ -124,6 +126,7 @@ impl Pass {
             step_entered: self.step_entered.clone(),
             events_total: state.events_total,
             change_cosines: &self.change_cosines,
+            content: self.content.as_ref(),
         }
     }
 

@@ -4,6 +4,7 @@
 
 use super::{Pass, Timings};
 use crate::config::Config;
+use crate::detect::content::{self, ContentRepeat};
 use crate::detect::matching::Part;
 use crate::event::{Envelope, Event};
 use crate::signature::{
@@ -53,6 +54,7 @@ pub(crate) fn begin(
         signature,
         external,
     } = observe(cfg, env, seq, ts);
+    let content = content_of(cfg, state, env, seq);
     Pass {
         seq,
         ts,
@@ -63,6 +65,7 @@ pub(crate) fn begin(
         step_entered: None,
         links: Vec::new(),
         change_cosines: Vec::new(),
+        content,
         finding: None,
         cleared: None,
         judge: None,
@@ -70,6 +73,46 @@ pub(crate) fn begin(
         audit,
         timings: Timings::default(),
     }
+}
+
+/// A repetition inside a response, or inside the stream a chunk continues. A whole response
+/// ends the stream its task id had open; a stream already reported is not reported again, not
+/// even by the whole response that ends it.
+fn content_of(
+    cfg: &Config,
+    state: &mut crate::state::TaskState,
+    env: &Envelope,
+    seq: u64,
+) -> Option<ContentRepeat> {
+    let Event::Response(r) = &env.event else {
+        return None;
+    };
+    let on = cfg.detect.enabled.content_loop;
+    if !r.chunk {
+        let stream = state.streams.remove(&env.task_id);
+        if !on || stream.is_some_and(|s| s.flagged) {
+            return None;
+        }
+        return content::find(&r.text, false, &cfg.detect.content);
+    }
+    if !state.streams.contains_key(&env.task_id) && state.streams.len() >= content::MAX_STREAMS {
+        let oldest = state
+            .streams
+            .iter()
+            .min_by_key(|(_, s)| s.last_seq)
+            .map(|(id, _)| id.clone());
+        if let Some(id) = oldest {
+            state.streams.remove(&id);
+        }
+    }
+    let stream = state.streams.entry(env.task_id.clone()).or_default();
+    stream.push(&r.text, seq);
+    if !on || stream.flagged {
+        return None;
+    }
+    let found = content::find(&stream.text, stream.fence_open, &cfg.detect.content);
+    stream.flagged = found.is_some();
+    found
 }
 
 /// Exact key, normalised key, prepared text and numbers of one text: how the engine compares it.
@@ -173,6 +216,9 @@ pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
                 result,
             }
         }
+        Event::Response(r) if r.chunk => EntryBody::ResponseChunk {
+            chars: r.text.chars().count(),
+        },
         Event::Response(r) => {
             let trimmed = r.text.trim();
             let sha = sha256_hex(trimmed);

@@ -203,6 +203,10 @@ fn hint(kind: LoopKind) -> &'static str {
             "Your recent responses say the same thing. Do not restate the plan; take a concrete, \
              different next step or explain what is blocking you."
         }
+        LoopKind::ContentLoop => {
+            "Your response repeats itself. Stop generating, discard the repeated part and \
+             continue with one concrete next step."
+        }
         LoopKind::SameError | LoopKind::ResultRepeat => {
             "Varying the call has not changed the outcome. Find out why it fails before trying \
              another variation."

@@ -282,7 +282,7 @@ fn view(task_id: &str, s: &TaskState) -> TaskView {
                 kind: match &e.body {
                     EntryBody::Failure { .. } => "failure",
                     EntryBody::ToolCall { .. } => "tool_call",
-                    EntryBody::Response { .. } => "response",
+                    EntryBody::Response { .. } | EntryBody::ResponseChunk { .. } => "response",
                     EntryBody::Collaboration { .. } => "collaboration",
                     EntryBody::Transition { .. } => "transition",
                     EntryBody::Progress { .. } => "progress",

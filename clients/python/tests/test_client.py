@@ -298,3 +298,14 @@ def test_operations_endpoints(client: loopguard.Client) -> None:
     assert "loopguard_events_evaluated_total" in metrics
     spec = client.openapi()
     assert "/v1/evaluate" in spec["paths"]
+
+
+def test_a_streamed_response_that_chants_is_a_content_loop(client: loopguard.Client) -> None:
+    t = task("stream")
+    chant = "I need to check the configuration file before I change anything. "
+    kinds = [
+        client.evaluate(loopguard.Response(chant, chunk=True), task_id=t).kind for _ in range(4)
+    ]
+    assert kinds == ["none", "none", "content_loop", "none"]
+    # Chunks are not work: the task's window stays empty.
+    assert client.get_task(t).window == []

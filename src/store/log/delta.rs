@@ -5,7 +5,7 @@
 //! the new window entry.
 
 use crate::state::{
-    Entry, EntryBody, MetricsObs, PeriodicRun, ProgressMark, TaskState, VerdictSummary,
+    Entry, EntryBody, MetricsObs, PeriodicRun, ProgressMark, StreamTail, TaskState, VerdictSummary,
 };
 use crate::verdict::TaskStatus;
 use serde::{Deserialize, Serialize};
@@ -192,6 +192,11 @@ pub struct StateDelta {
     #[serde(default, skip_serializing_if = "Field::is_same")]
     pub goal: Field<Option<String>>,
     pub judge_calls: u32,
+    /// Streams whose tail changed or that started (whole), and streams ended or forgotten.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub streams_set: BTreeMap<String, StreamTail>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams_gone: Vec<String>,
     pub created_ts: i64,
     pub updated_ts: i64,
 }
@@ -225,6 +230,7 @@ impl StateDelta {
             last_agent,
             goal,
             judge_calls,
+            streams,
             created_ts,
             updated_ts,
         } = next;
@@ -258,6 +264,17 @@ impl StateDelta {
             last_agent: Field::between(&prev.last_agent, last_agent),
             goal: Field::between(&prev.goal, goal),
             judge_calls: *judge_calls,
+            streams_set: streams
+                .iter()
+                .filter(|(id, s)| prev.streams.get(*id) != Some(*s))
+                .map(|(id, s)| (id.clone(), s.clone()))
+                .collect(),
+            streams_gone: prev
+                .streams
+                .keys()
+                .filter(|id| !streams.contains_key(*id))
+                .cloned()
+                .collect(),
             created_ts: *created_ts,
             updated_ts: *updated_ts,
         }
@@ -306,6 +323,10 @@ impl StateDelta {
         self.last_agent.apply(&mut to.last_agent);
         self.goal.apply(&mut to.goal);
         to.judge_calls = self.judge_calls;
+        for id in &self.streams_gone {
+            to.streams.remove(id);
+        }
+        to.streams.extend(self.streams_set);
         to.created_ts = self.created_ts;
         to.updated_ts = self.updated_ts;
         Ok(())
@@ -441,6 +462,33 @@ mod tests {
         round_trip(&[], &[1, 2]);
         round_trip(&[], &[]);
         assert_eq!(round_trip(&[1, 2, 3], &[7, 8, 9]), Seq::Full(vec![7, 8, 9]));
+    }
+
+    #[test]
+    fn streams_are_written_when_they_change_and_removed_when_they_end() {
+        let tail = |text: &str, seq| StreamTail {
+            text: text.into(),
+            chunks: seq,
+            last_seq: seq,
+            ..StreamTail::default()
+        };
+        let mut prev = TaskState::new("t", 0);
+        prev.streams.insert("a".into(), tail("one", 1));
+        prev.streams.insert("b".into(), tail("two", 2));
+        let mut next = prev.clone();
+        next.streams.remove("a");
+        next.streams.get_mut("b").unwrap().push(" more", 3);
+        next.streams.insert("c".into(), tail("new", 3));
+        let delta = StateDelta::between(&prev, &next);
+        assert_eq!(delta.streams_gone, vec!["a".to_string()]);
+        assert_eq!(
+            delta.streams_set.keys().collect::<Vec<_>>(),
+            vec!["b", "c"],
+            "an unchanged stream is not written"
+        );
+        let mut got = prev.clone();
+        delta.apply(&mut got).unwrap();
+        assert_eq!(got.streams, next.streams);
     }
 
     proptest! {

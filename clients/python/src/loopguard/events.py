@@ -85,12 +85,17 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Response:
-    """The text of one LLM turn."""
+    """The text of one LLM turn, or with ``chunk=True`` a piece of one still streaming
+    (checked for repetition inside the stream; send the whole turn when it ends)."""
 
     text: str
+    chunk: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"type": "response", "text": self.text}
+        d: Dict[str, Any] = {"type": "response", "text": self.text}
+        if self.chunk:
+            d["chunk"] = True
+        return d
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ LoopKind = Literal[
     "same_error",
     "result_repeat",
     "similar_response",
+    "content_loop",
     "collaboration_loop",
     "step_limit",
     "transition_cycle",
