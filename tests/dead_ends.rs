@@ -199,3 +199,40 @@ async fn a_long_routine_with_new_results_each_time_is_not_a_replay() {
     let vs = feed(&e, events).await;
     assert_eq!(first_loop(&vs), None, "{vs:#?}");
 }
+
+#[tokio::test]
+async fn one_step_failing_the_same_way_after_fix_after_fix_is_a_loop_only_when_asked_to_be_persistent(
+) {
+    // Three different fixes, the same traceback after each: by default a question for the judge
+    // (an investigation may be ruling causes out); with `persistent_occurrences = 4`, the fourth
+    // identical failure is a loop without asking.
+    let events = || {
+        let mut v = vec![bash("python reproduce.py", TRACEBACK, false)];
+        for (file, fix) in [
+            (
+                "src/fmt.py",
+                "def render(table):\n    cells = [str(c) for c in table]\n    return sep.join(cells)",
+            ),
+            ("src/config.py", "SEPARATOR = ' | '\nsep = SEPARATOR"),
+            (
+                "src/table.py",
+                "class Table:\n    def __iter__(self):\n        return iter(self.rows)",
+            ),
+        ] {
+            v.push(edit(file, "10:12", fix));
+            v.push(bash("python reproduce.py", TRACEBACK, false));
+        }
+        v
+    };
+    let vs = feed(&engine(Config::default()), events()).await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+    let mut cfg = Config::default();
+    cfg.detect.dead_ends.persistent_occurrences = 4;
+    let vs = feed(&engine(cfg), events()).await;
+    assert_eq!(first_loop(&vs), Some(6), "{vs:#?}");
+    assert!(
+        vs[6].reason.contains("whatever was changed between"),
+        "{}",
+        vs[6].reason
+    );
+}

@@ -225,6 +225,16 @@ impl Config {
                 "need repetitions >= 2 and max_period >= 1".into(),
             );
         }
+        let de = &self.detect.dead_ends;
+        if de.persistent_occurrences != 0 && de.persistent_occurrences < de.occurrences {
+            return bad(
+                "detect.dead_ends.persistent_occurrences",
+                format!(
+                    "must be 0 (off) or at least detect.dead_ends.occurrences ({}), got {}",
+                    de.occurrences, de.persistent_occurrences
+                ),
+            );
+        }
         let ct = &self.detect.content;
         for (name, v, least) in [
             ("min_sentence_words", ct.min_sentence_words, 1),

@@ -249,6 +249,11 @@ pub struct DeadEnds {
     /// Cosine at which two changes are the same change reworded, compared on what differs
     /// between them.
     pub change_similarity: f32,
+    /// Different attempts in a row, or runs of one step with different changes between, ending
+    /// in exactly the same error this many times: a loop without asking (fewer stay a question
+    /// for the judge). 0 = always a question.
+    #[serde(default)]
+    pub persistent_occurrences: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

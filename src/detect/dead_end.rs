@@ -199,16 +199,52 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     }
 
     // 2. One step failing exactly the same way, with only rewordings of one change between.
-    let span = span(ctx)?;
-    span.rewordings.then(|| {
-        finding(
+    let span = span(ctx);
+    if let Some(span) = span.as_ref().filter(|s| s.rewordings) {
+        return Some(finding(
             ctx,
             &new,
             span.members[0],
             span.members.len() + 1,
             "at one step, with only rewordings of one change between,",
-        )
-    })
+        ));
+    }
+
+    // 3. What is a question for the judge at `occurrences` is an answer when it goes on: the
+    //    same dead end reached again and again, whatever was tried or changed.
+    let persistent = cfg.persistent_occurrences;
+    if persistent >= need {
+        let in_a_row = attempts_in_a_row(ctx.state, o, ctx.cfg.window);
+        if in_a_row.len() + 1 >= persistent {
+            return Some(finding(
+                ctx,
+                &new,
+                in_a_row[0],
+                in_a_row.len() + 1,
+                "in a row, each a different one,",
+            ));
+        }
+        if let Some(span) = span.filter(|s| s.members.len() + 1 >= persistent) {
+            return Some(finding(
+                ctx,
+                &new,
+                span.members[0],
+                span.members.len() + 1,
+                "at one step, whatever was changed between,",
+            ));
+        }
+    }
+    None
+}
+
+/// The attempts right before the new one that ended in exactly its outcome, newest first,
+/// stopping at the first work event that did not.
+fn attempts_in_a_row(state: &TaskState, o: &Outcome, reach: usize) -> Vec<u64> {
+    recent_work(state, reach)
+        .into_iter()
+        .map_while(|e| attempt(e).filter(|a| a.outcome.is_some_and(|p| p.exact == o.exact)))
+        .map(|a| a.seq)
+        .collect()
 }
 
 /// The same step (a test run) ending in exactly the same error `occurrences` times within the
@@ -434,6 +470,37 @@ mod tests {
             );
             assert!(f.is_none());
             s.push(bash(&format!("pip install {m}"), "Successfully installed"));
+        }
+    }
+
+    #[test]
+    fn a_dead_end_reached_by_attempt_after_attempt_is_a_loop_once_persistent() {
+        let none = "ModuleNotFoundError: No module named 'pytest'";
+        let tries = [
+            "python -m pytest tests",
+            "python -c 'import pytest'",
+            "python -m unittest discover",
+            "python setup.py test",
+        ];
+        for (persistent, fires_at) in [(0, None), (4, Some(3)), (5, None)] {
+            let mut s = Scene::with(|c| c.detect.dead_ends.persistent_occurrences = persistent);
+            let mut fired = None;
+            for (i, t) in tries.iter().enumerate() {
+                if let Some(f) = s.detect(detect, bash(t, none)) {
+                    assert_eq!(f.kind, LoopKind::SameError);
+                    assert!(f.reason.contains("each a different one"), "{}", f.reason);
+                    fired = fired.or(Some(i));
+                }
+            }
+            assert_eq!(fired, fires_at, "persistent_occurrences = {persistent}");
+        }
+        // Something else between breaks the row.
+        let mut s = Scene::with(|c| c.detect.dead_ends.persistent_occurrences = 4);
+        for (i, t) in tries.iter().enumerate() {
+            if i == 2 {
+                s.push(bash("pip install pytest", "Successfully installed pytest"));
+            }
+            assert!(s.detect(detect, bash(t, none)).is_none());
         }
     }
 
