@@ -522,3 +522,47 @@ async fn one_reply_template_walked_over_different_items_is_not_a_loop() {
     .await;
     assert_eq!(first_loop(&vs), None, "{vs:#?}");
 }
+
+#[tokio::test]
+async fn a_poll_whose_line_number_moves_on_is_not_a_repeat_but_a_traceback_at_a_shifted_line_is() {
+    // Normalisation masks line numbers only where they locate an error: a log tail reading
+    // line 0, then 1, then 2 is moving on; the same traceback after an edit shifted the line
+    // is the same failure.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        (0..5)
+            .map(|i| {
+                call_with(
+                    "t",
+                    "tail_log",
+                    json!({"file": "ingest.log"}),
+                    &format!("ingest.log: reading line {i}, waiting for more input"),
+                    false,
+                )
+            })
+            .collect(),
+    )
+    .await;
+    assert!(vs.iter().all(|v| !v.is_loop), "{vs:#?}");
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        (0..3)
+            .map(|i| {
+                call_with(
+                    "t",
+                    "bash",
+                    json!({"command": "python reproduce.py"}),
+                    &format!(
+                        "Traceback (most recent call last):\n  File \"/repo/reproduce.py\", line {}, in <module>\n    main()\nKeyError: 'name'",
+                        7 + i
+                    ),
+                    true,
+                )
+            })
+            .collect(),
+    )
+    .await;
+    assert!(vs[2].is_loop, "{vs:#?}");
+}

@@ -276,6 +276,23 @@ mod tests {
             normalize("Syntax error at line 42"),
             normalize("Syntax error at line 43")
         );
+        assert_eq!(
+            normalize("Traceback:\n  File \"a.py\", line 7, in <module>\nKeyError: 'x'"),
+            normalize("Traceback:\n  File \"a.py\", line 9, in <module>\nKeyError: 'x'")
+        );
+        assert_eq!(
+            normalize("src/parse.rs, line 12: unexpected token"),
+            normalize("src/parse.rs, line 15: unexpected token")
+        );
+        // A poll moving on is not the same output.
+        assert_ne!(
+            normalize("tailing app.log: at line 0, waiting"),
+            normalize("tailing app.log: at line 1, waiting")
+        );
+        assert_ne!(
+            normalize("imported row 100 of the table"),
+            normalize("imported row 200 of the table")
+        );
     }
 
     #[test]

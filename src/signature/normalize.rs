@@ -18,14 +18,22 @@ pub fn key64(text: &str) -> u64 {
 
 struct Rule {
     re: Regex,
-    /// `None`: a long-hex candidate, replaced only when it is 12+ characters long.
-    with: Option<&'static str>,
+    with: With,
+}
+
+enum With {
+    /// Replace every match.
+    Text(&'static str),
+    /// A long-hex candidate, replaced only when it is 12+ characters long.
+    LongHex,
+    /// Line numbers, replaced only on lines about an error ([`mask_error_lines`]).
+    ErrorLines,
 }
 
 fn rule(pattern: &str, with: &'static str) -> Rule {
     Rule {
         re: Regex::new(pattern).expect("normalisation pattern compiles"),
-        with: Some(with),
+        with: With::Text(with),
     }
 }
 
@@ -53,10 +61,16 @@ static VOLATILE: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         Rule {
             re: Regex::new(r"(?i)\b(?:[0-9a-f]*[0-9][0-9a-f]*[a-f][0-9a-f]*|[0-9a-f]*[a-f][0-9a-f]*[0-9][0-9a-f]*)\b")
                 .expect("normalisation pattern compiles"),
-            with: None,
+            with: With::LongHex,
         },
-        // Line and column numbers: "line 42", "file.py:42:7".
-        rule(r"(?i)\b(line|ln|col|column|row)\s*\d+", "$1 <n>"),
+        // Where an error happened, "line 42" — only on lines that say they are about an error
+        // or point into a file (`File "x.py", line 42`, `x.py, line 42`): on other lines a
+        // moving line or row number is progress ("reading line 0" → "line 1" is a poll moving
+        // on, not the same output).
+        Rule {
+            re: LINE_NUMBER.clone(),
+            with: With::ErrorLines,
+        },
         rule(r"(\.[A-Za-z]{1,5}):\d+(?::\d+)?", "$1:<n>"),
         // Temp paths: /tmp/..., /var/folders/..., /private/var/..., Windows Temp.
         rule(r#"(?:/private)?/(?:tmp|var/folders|var/tmp)/[^\s'":,;)\]]+"#, "<tmp>"),
@@ -76,6 +90,39 @@ static VOLATILE: LazyLock<Vec<Rule>> = LazyLock::new(|| {
     ]
 });
 
+static LINE_NUMBER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?i)\b(line|ln|col|column|row)\s*\d+").expect("compiles"));
+static ERROR_CONTEXT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"(?i)\b(?:error|exception|traceback|failed|failure|fatal|warning|panic|panicked|assert\w*)\b|file\s+"[^"]*",\s*line\s*\d|\.[a-z]{1,5}["']?,?\s+(?:at\s+)?(?:line|ln)\s*\d"#,
+    )
+    .expect("compiles")
+});
+
+/// Is this line about where an error happened?
+fn error_context(line: &str) -> bool {
+    ERROR_CONTEXT.is_match(line)
+}
+
+/// Mask line and column numbers on the lines of `text` that are about an error.
+fn mask_error_lines(text: &str) -> String {
+    if !LINE_NUMBER.is_match(text) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        if error_context(line) {
+            out.push_str(&LINE_NUMBER.replace_all(line, "$1 <n>"));
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 static SPACES: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\s+").expect("compiles"));
 
 /// Strip volatile parts (timestamps, UUIDs, hex, temp paths, durations, line numbers, counters),
@@ -84,8 +131,9 @@ pub fn normalize(text: &str) -> String {
     let mut out = text.to_string();
     for r in VOLATILE.iter() {
         out = match r.with {
-            Some(with) => r.re.replace_all(&out, with).into_owned(),
-            None => replace_long_hex(&r.re, &out),
+            With::Text(with) => r.re.replace_all(&out, with).into_owned(),
+            With::LongHex => replace_long_hex(&r.re, &out),
+            With::ErrorLines => mask_error_lines(&out),
         };
     }
     let out = SPACES.replace_all(out.trim(), " ").to_lowercase();
