@@ -336,3 +336,47 @@ async fn a_gate_and_a_tool_call_loop_are_remembered_with_their_tool() {
     assert_eq!(records[0].tool.as_deref(), Some("http_get"));
     assert_eq!(records[0].kind, LoopKind::ExactRepeat);
 }
+
+#[tokio::test]
+async fn a_content_loop_is_remembered_by_what_was_repeated() {
+    // Tasks whose streams chant the same sentence, in chunks of different sizes: a later one is
+    // offered an earlier one, which it could not be if the memory kept the completing chunk.
+    let e = engine_with_memory();
+    let chant = "I should look at the configuration loader once more before editing. ";
+    let mut offered = Vec::new();
+    for (task, pieces) in [("task-a", 1usize), ("task-b", 2), ("task-c", 3)] {
+        let mut flagged = None;
+        for _ in 0..3 {
+            let step = chant.len().div_ceil(pieces);
+            let parts: Vec<&str> = (0..chant.len())
+                .step_by(step)
+                .map(|i| &chant[i..(i + step).min(chant.len())])
+                .collect();
+            for piece in parts {
+                let v = e
+                    .evaluate(ev(
+                        task,
+                        json!({"type": "response", "text": piece, "chunk": true}),
+                    ))
+                    .await
+                    .unwrap();
+                if v.is_loop {
+                    flagged = Some(v);
+                }
+            }
+        }
+        let v = flagged.expect("the chant is a content loop");
+        assert_eq!(v.kind, LoopKind::ContentLoop);
+        offered.extend(v.similar_loops);
+        // With the model busy (other tests share it) the loop is remembered in the background
+        // and listed from the next task on.
+        e.settle().await;
+    }
+    assert!(!offered.is_empty(), "no earlier content loop was offered");
+    assert!(
+        offered
+            .iter()
+            .all(|s| s.kind == LoopKind::ContentLoop && s.text.contains("configuration loader")),
+        "{offered:#?}"
+    );
+}

@@ -84,7 +84,13 @@ impl Engine {
             return Vec::new();
         };
         let entry = &pass.entry;
-        let text = head_tail(&entry.body.display_text(), self.cfg.model.max_text_chars);
+        // A content loop is what the response kept repeating, not the whole response (nor, for
+        // a stream, the chunk that completed it).
+        let text = match (&pass.content, kind) {
+            (Some(c), LoopKind::ContentLoop) => c.what.clone(),
+            _ => entry.body.display_text(),
+        };
+        let text = head_tail(&text, self.cfg.model.max_text_chars);
         // A loop repeated word for word: the memory already has it (a near-duplicate of the
         // task's own record would not be added again) and, unchanged since, lists the same
         // neighbours. The exact path stays exact.
