@@ -68,7 +68,7 @@ static VOLATILE: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         // moving line or row number is progress ("reading line 0" → "line 1" is a poll moving
         // on, not the same output).
         Rule {
-            re: LINE_NUMBER.clone(),
+            re: Regex::new(r"(?i)\b(line|ln|col|column|row)\s*\d+").expect("compiles"),
             with: With::ErrorLines,
         },
         rule(r"(\.[A-Za-z]{1,5}):\d+(?::\d+)?", "$1:<n>"),
@@ -90,8 +90,6 @@ static VOLATILE: LazyLock<Vec<Rule>> = LazyLock::new(|| {
     ]
 });
 
-static LINE_NUMBER: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?i)\b(line|ln|col|column|row)\s*\d+").expect("compiles"));
 static ERROR_CONTEXT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r#"(?i)\b(?:error|exception|traceback|failed|failure|fatal|warning|panic|panicked|assert\w*)\b|file\s+"[^"]*",\s*line\s*\d|\.[a-z]{1,5}["']?,?\s+(?:at\s+)?(?:line|ln)\s*\d"#,
@@ -104,9 +102,9 @@ fn error_context(line: &str) -> bool {
     ERROR_CONTEXT.is_match(line)
 }
 
-/// Mask line and column numbers on the lines of `text` that are about an error.
-fn mask_error_lines(text: &str) -> String {
-    if !LINE_NUMBER.is_match(text) {
+/// Mask the line and column numbers `re` finds on the lines of `text` that are about an error.
+fn mask_error_lines(re: &Regex, text: &str) -> String {
+    if !re.is_match(text) {
         return text.to_string();
     }
     let mut out = String::with_capacity(text.len());
@@ -115,7 +113,7 @@ fn mask_error_lines(text: &str) -> String {
             out.push('\n');
         }
         if error_context(line) {
-            out.push_str(&LINE_NUMBER.replace_all(line, "$1 <n>"));
+            out.push_str(&re.replace_all(line, "$1 <n>"));
         } else {
             out.push_str(line);
         }
@@ -133,7 +131,7 @@ pub fn normalize(text: &str) -> String {
         out = match r.with {
             With::Text(with) => r.re.replace_all(&out, with).into_owned(),
             With::LongHex => replace_long_hex(&r.re, &out),
-            With::ErrorLines => mask_error_lines(&out),
+            With::ErrorLines => mask_error_lines(&r.re, &out),
         };
     }
     let out = SPACES.replace_all(out.trim(), " ").to_lowercase();
