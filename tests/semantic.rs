@@ -566,3 +566,41 @@ async fn a_poll_whose_line_number_moves_on_is_not_a_repeat_but_a_traceback_at_a_
     .await;
     assert!(vs[2].is_loop, "{vs:#?}");
 }
+
+#[tokio::test]
+async fn one_failure_on_other_hosts_and_processes_is_a_loop_but_another_count_is_not() {
+    // A failure's numbers that only identify (an address, a port, a pid, a numbered node) never
+    // keep it apart from the same failure elsewhere; numbers that measure (how many failed)
+    // still do.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            failure("t", "error: could not connect to 10.251.214.18:50010 for block blk_-7470463748569167 (node-11, sshd[4242])"),
+            failure("t", "error: could not connect to 10.250.17.177:50010 for block blk_4385764838827095986 (node-224, sshd[5158])"),
+            failure("t", "error: could not connect to 10.251.31.5:50010 for block blk_5813361416484537967 (node-3, sshd[6021])"),
+        ],
+    )
+    .await;
+    assert!(vs[2].is_loop, "{vs:#?}");
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            failure(
+                "t",
+                "FAILED: 12 tests failed, 30 passed in the integration suite",
+            ),
+            failure(
+                "t",
+                "FAILED: 7 tests failed, 35 passed in the integration suite",
+            ),
+            failure(
+                "t",
+                "FAILED: 2 tests failed, 40 passed in the integration suite",
+            ),
+        ],
+    )
+    .await;
+    assert!(vs.iter().all(|v| !v.is_loop), "{vs:#?}");
+}

@@ -9,8 +9,8 @@ use crate::detect::matching::Part;
 use crate::event::{Envelope, Event};
 use crate::signature::{
     args_text, canonical_json, classify, head_tail, is_negative_result, is_trivial_result, key64,
-    normalize, numbers, outcome_of, output_text, resource_ids, sha256_hex, template_key,
-    FailureSignature, TestMetrics,
+    measured_numbers, normalize, numbers, outcome_of, output_text, resource_ids, sha256_hex,
+    template_key, FailureSignature, TestMetrics,
 };
 use crate::state::{
     Channel, Entry, EntryBody, MetricsObs, ResultSig, TextSig, MAX_NUMBERS, METRICS_FROM_FAILURES,
@@ -118,12 +118,15 @@ fn content_of(
 /// Exact key, normalised key, prepared text and numbers of one text: how the engine compares it.
 pub fn text_sig(exact_text: &str, max_chars: usize) -> TextSig {
     let normalized = normalize(exact_text);
-    let mut nums = numbers(&normalized);
+    sig_of(exact_text, &normalized, numbers(&normalized), max_chars)
+}
+
+fn sig_of(exact_text: &str, normalized: &str, mut nums: Vec<String>, max_chars: usize) -> TextSig {
     nums.truncate(MAX_NUMBERS);
     TextSig {
         exact: key64(exact_text),
-        norm: key64(&normalized),
-        text: head_tail(&normalized, max_chars),
+        norm: key64(normalized),
+        text: head_tail(normalized, max_chars),
         numbers: nums,
         ids: Vec::new(),
         template: 0,
@@ -136,13 +139,18 @@ pub fn text_sig(exact_text: &str, max_chars: usize) -> TextSig {
 /// failure, its template (one log line with other variables is the same failure).
 /// Calibration prepares labelled pairs with this too, so it measures the engine's own rule.
 pub fn compared_text(channel: Channel, part: Part, text: &str, max_chars: usize) -> TextSig {
+    if channel == Channel::Failure && part == Part::Main {
+        // Only the numbers that measure something guard a failure: the same failure on another
+        // host, process or block is the same failure.
+        let normalized = normalize(text);
+        let mut sig = sig_of(text, &normalized, measured_numbers(&normalized), max_chars);
+        sig.template = template_key(text);
+        return sig;
+    }
     let mut sig = text_sig(text, max_chars);
     if channel == Channel::ToolCall && part == Part::Main {
         sig.ids = resource_ids(text);
         sig.ids.truncate(MAX_IDS);
-    }
-    if channel == Channel::Failure && part == Part::Main {
-        sig.template = template_key(text);
     }
     sig
 }

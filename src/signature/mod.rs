@@ -264,6 +264,24 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_keeps_the_numbers_that_measure_and_drops_the_ones_that_identify() {
+        let m = |t: &str| measured_numbers(&normalize(t));
+        // Addresses, ports, pids, long ids, numbered names and dates identify.
+        assert!(m("connection from 82.252.162.81 refused").is_empty());
+        assert!(m("timeout talking to db.example.com:5432").is_empty());
+        assert!(m("sshd[24242]: invalid user from host-10-2-3-4.example.net").is_empty());
+        assert!(m("served block blk_-1125621902344947014 to node-224").is_empty());
+        assert!(m("jk2_init() can't find child 5621 in scoreboard").is_empty());
+        assert!(m("2016/9/28 wcpinitialize called").is_empty());
+        // Counts, sizes and versions measure: another one is another observation.
+        assert_eq!(m("3 tests failed, 12 passed"), ["3", "12"]);
+        assert_eq!(m("requires numpy>=1.24, found 1.21"), ["1.24", "1.21"]);
+        assert_eq!(m("disk quota exceeded: 912.0 kb free"), ["912.0"]);
+        // Only failures use the relaxed guard: a tool's output keeps every number.
+        assert_eq!(numbers(&normalize("served block to node-224")), ["224"]);
+    }
+
+    #[test]
     fn normalize_keeps_meaningful_numbers() {
         assert_ne!(normalize("3 tests failing"), normalize("5 tests failing"));
         assert_eq!(numbers(&normalize("sed -n 100,150p f.py")), ["100", "150"]);

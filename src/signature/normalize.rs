@@ -168,6 +168,48 @@ pub fn numbers(normalized: &str) -> Vec<String> {
         .collect()
 }
 
+// Numbers that name something rather than measure it: IPv4 addresses (with a port), a host's
+// port, a name with numbered parts (`node-224`, `blk_-7470…`, `d211-116-254-214.rev.example.net`),
+// a long run of digits (a pid, a block id, a session id, an epoch in milliseconds), a pid in
+// brackets (`sshd[4242]`), the number after a word that names a process or a connection, a date.
+static IDENTIFIER_NUMBERS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
+    [
+        (r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b", "<ip>"),
+        (
+            r"\b((?:[a-z0-9-]+\.)+[a-z]{2,}|localhost):\d{1,5}\b",
+            "$1:<port>",
+        ),
+        (r"\b\d{4}[/-]\d{1,2}[/-]\d{1,2}\b", "<date>"),
+        (
+            r"\b[a-z][a-z0-9]*(?:[_-]+[a-z0-9]+)*[_-]+-?\d[a-z0-9_.-]*",
+            "<name>",
+        ),
+        (r"-?\b\d{6,}\b", "<id>"),
+        (r"\[\d{3,}\b", "[<id>"),
+        (
+            r"\b(child|command|process|session|job|container|node|connection|client)\s+\d+\b",
+            "$1 <id>",
+        ),
+    ]
+    .into_iter()
+    .map(|(re, with)| (Regex::new(re).expect("compiles"), with))
+    .collect()
+});
+
+/// The numbers of a (normalised) failure message that measure something: [`numbers`] without
+/// the ones that only identify (addresses, ports, pids, long ids, numbered names, dates). One
+/// failure on another host, process or block is the same failure; another count, size or
+/// version is not.
+pub fn measured_numbers(normalized: &str) -> Vec<String> {
+    let mut out = std::borrow::Cow::Borrowed(normalized);
+    for (re, with) in IDENTIFIER_NUMBERS.iter() {
+        if let std::borrow::Cow::Owned(o) = re.replace_all(&out, *with) {
+            out = std::borrow::Cow::Owned(o);
+        }
+    }
+    numbers(&out)
+}
+
 static RESOURCE_ID: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\b0x[0-9a-f]{6,}\b|\b[0-9a-f]*[0-9][0-9a-f]*[a-f][0-9a-f]{10,}\b|[A-Za-z0-9_][A-Za-z0-9_-]*\.[A-Za-z][A-Za-z0-9]{0,4}\b",
