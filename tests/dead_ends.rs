@@ -123,6 +123,58 @@ async fn different_fixes_between_runs_of_a_failing_step_are_not_a_loop() {
     assert_eq!(first_loop(&vs), None, "{vs:#?}");
 }
 
+fn rejected_edit(lines: &str, code: &str, error: &str) -> loopguard::Envelope {
+    call_with(
+        "t",
+        "edit",
+        json!({ "command": format!("edit {lines}\n{code}\nend_of_edit") }),
+        &format!(
+            "Your proposed edit has introduced new syntax error(s). Please read this error \
+             message carefully and then retry editing the file.\n\nERRORS:\n- {error}\n\n\
+             This is how your edit would have looked if applied\n---\n23:{code}\n"
+        ),
+        false,
+    )
+}
+
+#[tokio::test]
+async fn going_back_to_an_edit_already_rejected_is_a_loop_but_not_after_something_learned() {
+    // A variant rejected the same way, then the first edit again with its very error: nothing
+    // was learned between, so the return is a loop at its second occurrence.
+    let first = || {
+        rejected_edit(
+            "23:23",
+            "                 speed_limit=num_rows + 1):",
+            "F821 undefined name 'num_rows'",
+        )
+    };
+    let variant = rejected_edit(
+        "23:23",
+        "                 speed_limit=self._num_rows + 1):",
+        "F821 undefined name 'self'",
+    );
+    let e = engine(Config::default());
+    let vs = feed(&e, vec![first(), variant, first()]).await;
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
+    assert_eq!(vs[2].kind, LoopKind::SameError, "{vs:#?}");
+    assert!(
+        vs[2].reason.contains("already rejected"),
+        "{}",
+        vs[2].reason
+    );
+
+    // The variant rejected for another reason (the agent learned the line needs other syntax):
+    // trying the first edit again is not yet a loop.
+    let other = rejected_edit(
+        "23:24",
+        "                 speed_limit=(num_rows + 1",
+        "E999 SyntaxError: '(' was never closed",
+    );
+    let e = engine(Config::default());
+    let vs = feed(&e, vec![first(), other, first()]).await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
 #[tokio::test]
 async fn the_same_failure_after_each_fix_that_moved_on_is_progress() {
     // The error's template stays ("No module named …"), the name changes after each install:

@@ -198,6 +198,22 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
         ));
     }
 
+    // 1b. Back to an attempt already rejected: the very call re-sent with the very error it got
+    //     before, and every attempt between rejected the same way (`'a'` undefined, then `'b'`,
+    //     then the first edit again). The variants between learned nothing; returning to one
+    //     already refused is the loop, even at two occurrences of it.
+    if let Some((earlier, between)) = back_to_a_rejected_attempt(ctx.state, cfg, &new, o) {
+        if between + 2 >= need {
+            return Some(finding(
+                ctx,
+                &new,
+                earlier,
+                between + 2,
+                "at the same step, back to one already rejected,",
+            ));
+        }
+    }
+
     // 2. One step failing exactly the same way, with only rewordings of one change between.
     let span = span(ctx);
     if let Some(span) = span.as_ref().filter(|s| s.rewordings) {
@@ -232,6 +248,30 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
                 span.members.len() + 1,
                 "at one step, whatever was changed between,",
             ));
+        }
+    }
+    None
+}
+
+/// The same call (by keys) ending in exactly the new outcome earlier within the same-attempt
+/// window, with at least one work event between and every one of them an attempt rejected with
+/// the same kind of error (the outcome's template). Returns that earlier call's seq and how many
+/// attempts are between.
+fn back_to_a_rejected_attempt(
+    state: &TaskState,
+    cfg: &DeadEnds,
+    new: &Attempt<'_>,
+    o: &Outcome,
+) -> Option<(u64, usize)> {
+    let recent = recent_work(state, cfg.same_attempt_window.saturating_sub(1));
+    for (between, e) in recent.into_iter().enumerate() {
+        let a = attempt(e)?;
+        let p = a.outcome?;
+        if p.exact == o.exact && same_by_keys(a.call, new.call) {
+            return (between > 0).then_some((a.seq, between));
+        }
+        if p.template != o.template {
+            return None;
         }
     }
     None
@@ -501,6 +541,45 @@ mod tests {
                 s.push(bash("pip install pytest", "Successfully installed pytest"));
             }
             assert!(s.detect(detect, bash(t, none)).is_none());
+        }
+    }
+
+    #[test]
+    fn going_back_to_an_edit_already_rejected_is_a_loop() {
+        let first = edit(
+            "23:23",
+            "speed_limit=num_rows + 1)",
+            "F821 undefined name 'num_rows'",
+        );
+        let mut s = Scene::new();
+        assert!(s.detect(detect, first.clone()).is_none());
+        let variant = edit(
+            "23:23",
+            "speed_limit=self._num_rows + 1)",
+            "F821 undefined name 'self'",
+        );
+        assert!(s.detect(detect, variant).is_none());
+        let f = s
+            .detect(detect, first.clone())
+            .expect("back to the first edit");
+        assert_eq!(f.kind, LoopKind::SameError);
+        assert_eq!(f.matched, Some(1));
+        assert!(f.reason.contains("already rejected"), "{}", f.reason);
+
+        // A variant rejected for another reason, or one that went through, is something learned:
+        // trying the first edit again after it is not yet a loop.
+        for between in [
+            edit(
+                "23:24",
+                "speed_limit=rows +",
+                "E999 SyntaxError: invalid syntax",
+            ),
+            edit("27:27", "self._speed_limit = num_rows + 1", "none"),
+        ] {
+            let mut s = Scene::new();
+            assert!(s.detect(detect, first.clone()).is_none());
+            assert!(s.detect(detect, between).is_none());
+            assert!(s.detect(detect, first.clone()).is_none());
         }
     }
 
