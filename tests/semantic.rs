@@ -375,6 +375,50 @@ async fn different_searches_that_all_find_nothing_are_a_loop() {
 }
 
 #[tokio::test]
+async fn one_guessed_file_name_after_another_finding_nothing_is_a_loop() {
+    // Each search names another file, so the result match keeps them apart; the outcome is the
+    // same dead end every time.
+    let find = |name: &str, found: &str| {
+        call_with(
+            "t",
+            "find_file",
+            json!({ "command": format!("find_file \"{name}\"") }),
+            found,
+            false,
+        )
+    };
+    let none = |name: &str| format!("No matches found for \"{name}\" in /latexify_py\n");
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        ["math", "equation", "latex"]
+            .iter()
+            .map(|n| find(n, &none(n)))
+            .collect(),
+    )
+    .await;
+    assert_first_loop(&vs, 2, LoopKind::ResultRepeat);
+
+    // With a search that found its file between, two misses on each side are not a loop.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            find("math", &none("math")),
+            find("equation", &none("equation")),
+            find(
+                "latexify.py",
+                "Found 1 matches for \"latexify.py\" in /latexify_py:\n/latexify_py/src/latexify.py\n",
+            ),
+            find("codegen", &none("codegen")),
+            find("frontend", &none("frontend")),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
 async fn reworded_edits_with_empty_results_are_different_actions() {
     // Three different sed edits that read alike and all answer "": not the same action.
     let e = engine(Config::default());

@@ -5,7 +5,7 @@
 
 use super::repeat::strongest;
 use super::{fmt_cos, Ctx, Finding, Link};
-use crate::state::EntryBody;
+use crate::state::{Entry, EntryBody};
 use crate::verdict::LoopKind;
 
 fn negative_result(ctx: &Ctx<'_>, seq: u64) -> bool {
@@ -25,6 +25,18 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     };
     if !result.negative || result.trivial {
         return None;
+    }
+    if let Some(earlier) = nothing_found_about_name_after_name(ctx) {
+        let mut f = Finding::new(
+            LoopKind::ResultRepeat,
+            format!(
+                "{} calls in a row, each about another name, found nothing the same way as seq {}",
+                earlier.len() + 1,
+                earlier[0]
+            ),
+        );
+        f.matched = Some(earlier[0]);
+        return Some(f);
     }
     // Calls may be anything from identical to unrelated: identical ones alone are the repeat
     // detector's (it runs first); here the varied attempts count together.
@@ -58,6 +70,35 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     Some(f)
 }
 
+/// The work events right before the new one, newest first, when they and the new call found
+/// nothing in the same words but for the name looked for ("No matches found for \"math\"", then
+/// for \"equation\", then for \"latex\"): one guessed name after another, each a dead end. The
+/// result match keeps different names apart (another file is other work), so these never link;
+/// their outcome's template (quoted names masked) is what they share. Errors are left out: a
+/// different name in an error after a different call is usually the next problem, not the same.
+fn nothing_found_about_name_after_name(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
+    let empty_finding = |e: &Entry| match &e.body {
+        EntryBody::ToolCall {
+            result: Some(r),
+            passive: false,
+            ..
+        } if r.negative && !r.failed && !r.trivial => r.outcome.as_ref().map(|o| o.template),
+        _ => None,
+    };
+    let template = empty_finding(ctx.entry)?;
+    let need = ctx.cfg.repeats.negative_result;
+    let earlier: Vec<u64> = ctx
+        .state
+        .window
+        .iter()
+        .rev()
+        .filter(|e| e.is_work() && !e.is_passive())
+        .take(need)
+        .map_while(|e| (empty_finding(e) == Some(template)).then_some(e.seq))
+        .collect();
+    (need > 0 && earlier.len() >= need).then_some(earlier)
+}
+
 #[cfg(test)]
 mod tests {
     use super::detect;
@@ -84,6 +125,53 @@ mod tests {
         for cmd in ["cat a.py", "cat b.py", "cat c.py"] {
             assert!(s
                 .detect(detect, bash(cmd, "def f():\n    return 1"))
+                .is_none());
+        }
+    }
+
+    #[test]
+    fn one_guessed_name_after_another_found_nothing_is_a_result_repeat() {
+        let mut s = Scene::new();
+        let none = |name: &str| format!("No matches found for \"{name}\" in /latexify_py");
+        for name in ["math", "equation"] {
+            let call = bash(&format!("find_file \"{name}\""), &none(name));
+            assert!(s.detect(detect, call).is_none());
+        }
+        let f = s
+            .detect(detect, bash("find_file \"latex\"", &none("latex")))
+            .expect("the third name that finds nothing");
+        assert_eq!(f.kind, LoopKind::ResultRepeat);
+        assert!(f.reason.contains("another name"), "{}", f.reason);
+        assert_eq!(f.matched, Some(2));
+    }
+
+    #[test]
+    fn names_found_nothing_with_a_find_between_or_errors_are_not_in_a_row() {
+        // A search that found something between: the agent is narrowing, not stuck.
+        let mut s = Scene::new();
+        let none = |name: &str| format!("No matches found for \"{name}\" in /repo");
+        assert!(s
+            .detect(detect, bash("find_file \"a.py\"", &none("a.py")))
+            .is_none());
+        assert!(s
+            .detect(detect, bash("find_file \"b.py\"", &none("b.py")))
+            .is_none());
+        s.push(bash(
+            "find_file \"c.py\"",
+            "Found 1 matches for \"c.py\" in /repo:\n/repo/src/c.py",
+        ));
+        assert!(s
+            .detect(detect, bash("find_file \"d.py\"", &none("d.py")))
+            .is_none());
+        assert!(s
+            .detect(detect, bash("find_file \"e.py\"", &none("e.py")))
+            .is_none());
+        // Errors naming one missing module after another are the next problem each time.
+        let mut s = Scene::new();
+        for m in ["yaml", "toml", "attrs"] {
+            let err = format!("ModuleNotFoundError: No module named '{m}'");
+            assert!(s
+                .detect(detect, bash_err(&format!("python -c 'import {m}'"), &err))
                 .is_none());
         }
     }
