@@ -176,6 +176,45 @@ async fn going_back_to_an_edit_already_rejected_is_a_loop_but_not_after_somethin
 }
 
 #[tokio::test]
+async fn an_edit_re_sent_then_varied_all_refused_the_same_way_is_a_loop() {
+    // The same edit sent twice, then a variant over other lines: all three refused with the
+    // same IndentationError. The re-send shows the agent is not ruling options out.
+    let err = "E999 IndentationError: unexpected indent";
+    let body = "        # Generate a unique temporary file name\n        tmp_env_name = None";
+    let variant = "        with tempfile.NamedTemporaryFile(dir=env_path.parent) as tmp:";
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            rejected_edit("171:179", body, err),
+            rejected_edit("171:179", body, err),
+            rejected_edit("172:184", variant, err),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
+    assert!(
+        vs[2].reason.contains("sent again after it was rejected"),
+        "{}",
+        vs[2].reason
+    );
+
+    // Three different edits refused the same way: the judge's question, not an alarm.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            rejected_edit("171:179", body, err),
+            rejected_edit("172:184", variant, err),
+            rejected_edit("160:162", "    def _cleanup(self):\n        pass", err),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+    assert!(vs[2].judge.is_some(), "{vs:#?}");
+}
+
+#[tokio::test]
 async fn the_same_failure_after_each_fix_that_moved_on_is_progress() {
     // The error's template stays ("No module named …"), the name changes after each install:
     // the attempt moved on, so this is not the same error.

@@ -214,6 +214,22 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
         }
     }
 
+    // 1c. Attempts in a row ending in exactly the same error, one of them re-sent unchanged
+    //     (one edit sent twice, then a variant, all the same IndentationError). Different
+    //     attempts at one dead end are a judge question while each is new; once one of them
+    //     is re-sent and refused again, the agent is not ruling options out.
+    if let Some((earlier, row)) = rejected_again_in_a_row(ctx.state, ctx.cfg.window, &new, o) {
+        if row >= need {
+            return Some(finding(
+                ctx,
+                &new,
+                earlier,
+                row,
+                "in a row, one of them sent again after it was rejected,",
+            ));
+        }
+    }
+
     // 2. One step failing exactly the same way, with only rewordings of one change between.
     let span = span(ctx);
     if let Some(span) = span.as_ref().filter(|s| s.rewordings) {
@@ -275,6 +291,30 @@ fn back_to_a_rejected_attempt(
         }
     }
     None
+}
+
+/// The attempts right before the new one ending in exactly its error, stopping at the first
+/// work event that did not, when two of them (the new one included) are the same call. Returns the older of that pair
+/// and the row's length, the new attempt included.
+fn rejected_again_in_a_row(
+    state: &TaskState,
+    reach: usize,
+    new: &Attempt<'_>,
+    o: &Outcome,
+) -> Option<(u64, usize)> {
+    let row: Vec<Attempt<'_>> = recent_work(state, reach)
+        .into_iter()
+        .map_while(|e| attempt(e).filter(|a| a.outcome.is_some_and(|p| p.exact == o.exact)))
+        .collect();
+    let all: Vec<&Attempt<'_>> = std::iter::once(new).chain(row.iter()).collect();
+    let same = |a: &Attempt<'_>, b: &Attempt<'_>| same_by_keys(a.call, b.call);
+    // Newest first: the first pair found has the newest re-send; report its original.
+    all.iter().enumerate().find_map(|(i, a)| {
+        all[i + 1..]
+            .iter()
+            .find(|b| same(a, b))
+            .map(|b| (b.seq, all.len()))
+    })
 }
 
 /// The attempts right before the new one that ended in exactly its outcome, newest first,
@@ -581,6 +621,47 @@ mod tests {
             assert!(s.detect(detect, between).is_none());
             assert!(s.detect(detect, first.clone()).is_none());
         }
+    }
+
+    #[test]
+    fn one_edit_sent_twice_then_a_variant_all_refused_the_same_way_is_a_loop() {
+        let err = "E999 IndentationError: unexpected indent";
+        let mut s = Scene::new();
+        assert!(s
+            .detect(detect, edit("171:179", "tmp = None", err))
+            .is_none());
+        assert!(s
+            .detect(detect, edit("171:179", "tmp = None", err))
+            .is_none());
+        let f = s
+            .detect(
+                detect,
+                edit("172:184", "with tempfile.NamedTemporaryFile() as f:", err),
+            )
+            .expect("a variant after the re-send, refused the same way");
+        assert_eq!(f.kind, LoopKind::SameError);
+        assert!(
+            f.reason.contains("sent again after it was rejected"),
+            "{}",
+            f.reason
+        );
+        assert_eq!(f.matched, Some(1));
+
+        // Three different attempts, one error: a question for the judge, not an alarm.
+        let mut s = Scene::new();
+        for body in ["tmp = None", "with open(p) as f:", "for x in xs:"] {
+            assert!(s.detect(detect, edit("171:179", body, err)).is_none());
+        }
+        // A variant refused with another error first, then one edit sent twice: the same error
+        // only twice.
+        let mut s = Scene::new();
+        let other = "E999 SyntaxError: unmatched ']'";
+        assert!(s
+            .detect(detect, edit("287:295", "xs = [1, 2", other))
+            .is_none());
+        let twice = "E999 SyntaxError: unmatched ')'";
+        assert!(s.detect(detect, edit("287:295", "f(xs", twice)).is_none());
+        assert!(s.detect(detect, edit("287:295", "f(xs", twice)).is_none());
     }
 
     #[test]
