@@ -271,6 +271,53 @@ async fn a_long_block_of_work_replayed_is_a_cycle_before_its_second_period_ends(
 }
 
 #[tokio::test]
+async fn a_replay_back_into_the_same_error_is_caught_a_step_sooner() {
+    // The block starts at a failing run: replaying it re-hits the same ImportError, so three
+    // replayed steps are enough (`replay_streak_at_a_dead_end`); the routine of checks that
+    // passed, above, takes four.
+    let block = [
+        bash(
+            "python reproduce_bug.py",
+            "Traceback (most recent call last):\n  File \"reproduce_bug.py\", line 1, in <module>\n    from typing import Literal, Union\nImportError: cannot import name 'Literal' from 'typing'",
+            true,
+        ),
+        bash("python --version", "Python 3.7.16", false),
+        bash(
+            "pip install Literal",
+            "Collecting Literal\n  error: subprocess-exited-with-error\nERROR: metadata generation failed",
+            true,
+        ),
+        bash("ls -F", "README.md pydantic/ reproduce_bug.py setup.py tests/", false),
+        bash("ls -F pydantic", "__init__.py fields.py main.py typing.py", false),
+        bash(
+            "grep -n discriminator pydantic/fields.py",
+            "55:    get_discriminator_alias_and_values,",
+            false,
+        ),
+        bash("sed -n 120,140p pydantic/fields.py", "        'discriminator',", false),
+    ];
+    let mut events: Vec<_> = block.to_vec();
+    events.extend(block.iter().take(4).cloned());
+    let e = engine(Config::default());
+    let vs = feed(&e, events).await;
+    assert_eq!(first_loop(&vs), Some(9), "{vs:#?}");
+    assert_eq!(vs[9].kind, LoopKind::Cycle, "{vs:#?}");
+    assert!(
+        vs[9].reason.contains("the last 3 actions replay"),
+        "{}",
+        vs[9].reason
+    );
+
+    // Set to 0, the dead end earns no shortcut: the fourth replayed step is the alarm.
+    let mut cfg = Config::default();
+    cfg.detect.cycles.replay_streak_at_a_dead_end = 0;
+    let e = engine(cfg);
+    let events: Vec<_> = block.iter().chain(block.iter().take(4)).cloned().collect();
+    let vs = feed(&e, events).await;
+    assert_eq!(first_loop(&vs), Some(10), "{vs:#?}");
+}
+
+#[tokio::test]
 async fn a_long_routine_with_new_results_each_time_is_not_a_replay() {
     // The same routine (run, inspect, edit, run) on different inputs: new results every time.
     let mut events = Vec::new();

@@ -266,6 +266,10 @@ pub struct Cycles {
     pub replay_max_period: usize,
     /// Consecutive events that must repeat their counterpart one long period back.
     pub replay_streak: usize,
+    /// The same, when one of those events re-hits an error (or a "nothing found") its
+    /// counterpart hit: a replay back into a dead end. 0 uses `replay_streak` alone.
+    #[serde(default)]
+    pub replay_streak_at_a_dead_end: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

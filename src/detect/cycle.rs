@@ -6,7 +6,7 @@
 //! A cycle is counted once per period, not at every event that continues it.
 
 use super::{Ctx, Finding};
-use crate::state::Entry;
+use crate::state::{Entry, EntryBody};
 use crate::verdict::LoopKind;
 
 fn same(newer: &Entry, older: &Entry) -> bool {
@@ -72,14 +72,25 @@ fn finding(ctx: &Ctx<'_>, work: &[&Entry], p: usize, reason: String) -> Finding 
 fn replay(ctx: &Ctx<'_>, work: &[&Entry]) -> Option<Finding> {
     let cfg = &ctx.cfg.cycles;
     let n = work.len();
-    let streak = cfg.replay_streak.max(2);
+    let full = cfg.replay_streak.max(2);
+    let at_a_dead_end = match cfg.replay_streak_at_a_dead_end {
+        0 => full,
+        k => k.clamp(2, full),
+    };
     for p in (cfg.max_period + 1)..=cfg.replay_max_period {
-        if n < p + streak {
+        if n < p + at_a_dead_end {
             break;
         }
-        if !(0..streak).all(|i| same(work[n - 1 - i], work[n - 1 - i - p])) {
+        let repeats = |streak: usize| {
+            n >= p + streak && (0..streak).all(|i| same(work[n - 1 - i], work[n - 1 - i - p]))
+        };
+        let streak = if repeats(full) {
+            full
+        } else if repeats(at_a_dead_end) && work[n - at_a_dead_end..].iter().any(|e| dead_end(e)) {
+            at_a_dead_end
+        } else {
             continue;
-        }
+        };
         // A block of one or two things repeated is a repeat or a short cycle, not a replay.
         let block = &work[n - p..];
         let distinct = block
@@ -101,6 +112,18 @@ fn replay(ctx: &Ctx<'_>, work: &[&Entry]) -> Option<Finding> {
         ));
     }
     None
+}
+
+/// A step that ended in an error or found nothing: replaying it to the same end walks back into
+/// a dead end.
+fn dead_end(e: &Entry) -> bool {
+    match &e.body {
+        EntryBody::Failure { external, .. } => !external,
+        EntryBody::ToolCall {
+            result: Some(r), ..
+        } => r.outcome.is_some() && !r.external,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
