@@ -96,7 +96,7 @@ fn same_attempt(cfg: &DeadEnds, a: &TextSig, b: &TextSig) -> bool {
 
 /// The last `n` work events before the new one, newest first (tool calls and failures alike:
 /// a failure between two calls is something that happened).
-fn recent_work(state: &TaskState, n: usize) -> Vec<&Entry> {
+pub(super) fn recent_work(state: &TaskState, n: usize) -> Vec<&Entry> {
     state
         .window
         .iter()

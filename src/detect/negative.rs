@@ -3,6 +3,7 @@
 //! Results that carry information (a file's content, a list of matches) never count here: only
 //! errors and empty findings, which bring no progress however the call was varied.
 
+use super::dead_end::recent_work;
 use super::repeat::strongest;
 use super::{fmt_cos, Ctx, Finding, Link};
 use crate::state::{Entry, EntryBody};
@@ -87,13 +88,8 @@ fn nothing_found_about_name_after_name(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     };
     let template = empty_finding(ctx.entry)?;
     let need = ctx.cfg.repeats.negative_result;
-    let earlier: Vec<u64> = ctx
-        .state
-        .window
-        .iter()
-        .rev()
-        .filter(|e| e.is_work() && !e.is_passive())
-        .take(need)
+    let earlier: Vec<u64> = recent_work(ctx.state, need)
+        .into_iter()
         .map_while(|e| (empty_finding(e) == Some(template)).then_some(e.seq))
         .collect();
     (need > 0 && earlier.len() >= need).then_some(earlier)
