@@ -294,8 +294,8 @@ fn back_to_a_rejected_attempt(
 }
 
 /// The attempts right before the new one ending in exactly its error, stopping at the first
-/// work event that did not, when two of them (the new one included) are the same call. Returns the older of that pair
-/// and the row's length, the new attempt included.
+/// work event that did not, when two of them (the new one included) are the same call. Returns
+/// the older of that pair and the row's length, the new attempt included.
 fn rejected_again_in_a_row(
     state: &TaskState,
     reach: usize,
