@@ -161,19 +161,32 @@ impl Drop for Flusher {
 impl SledStore {
     /// Open (or create) the store in `dir`. Refuses a directory written by a newer format.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(dir)
             // Durability comes from explicit flushes after each commit, not from a timer.
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| {
-                let hint = if e.to_string().contains("lock") {
-                    " (is another loopguard using this data dir? sled allows one process per directory)"
-                } else {
-                    ""
-                };
-                StoreError::Io(format!("opening {}: {e}{hint}", dir.display()))
-            })?;
+            .flush_every_ms(None);
+        // The directory's lock goes with the last handle on the database, and sled's own I/O
+        // threads may hold one for a moment after a store in this process is dropped: a
+        // reopen right after a close (a restart in place, the tests) retries briefly. Another
+        // process holding the directory still fails, after the retries, with the hint below.
+        let mut tries = 0;
+        let opened = loop {
+            match config.open() {
+                Err(e) if e.to_string().contains("lock") && tries < 40 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                other => break other,
+            }
+        };
+        let db = opened.map_err(|e| {
+            let hint = if e.to_string().contains("lock") {
+                " (is another loopguard using this data dir? sled allows one process per directory)"
+            } else {
+                ""
+            };
+            StoreError::Io(format!("opening {}: {e}{hint}", dir.display()))
+        })?;
         match db.get(META_FORMAT).map_err(io)? {
             Some(v) => {
                 let found =
