@@ -102,6 +102,10 @@ pub struct ResultSig {
     /// Where the call ended, when it ended in an error or a "nothing found".
     #[serde(default)]
     pub outcome: Option<crate::signature::Outcome>,
+    /// Key of the output with the call's own terms masked ([`crate::signature::echo_key`]): what
+    /// the tool found apart from what it was asked. 0 when the output repeats none of them.
+    #[serde(default)]
+    pub echo: u64,
 }
 
 /// The event-specific part of a window entry.

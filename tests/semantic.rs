@@ -419,6 +419,73 @@ async fn one_guessed_file_name_after_another_finding_nothing_is_a_loop() {
 }
 
 #[tokio::test]
+async fn one_search_reworded_finding_the_same_file_is_a_loop() {
+    // Each search quotes its own query back, so no two results read the same; what they found,
+    // one notebook, is the same every time.
+    let search = |q: &str, files: &[&str]| {
+        let mut out = format!(
+            "Found {} matches for \"{q}\" in /nbchkr/tests:\n",
+            files.len() * 2
+        );
+        for f in files {
+            out.push_str(&format!("/nbchkr/tests/{f} (2 matches)\n"));
+        }
+        out.push_str(&format!("End of matches for \"{q}\" in /nbchkr/tests\n"));
+        call_with(
+            "t",
+            "search_dir",
+            json!({ "command": format!("search_dir \"{q}\" tests") }),
+            &out,
+            false,
+        )
+    };
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        ["### BEGIN SOLUTION", "BEGIN SOLUTION", "END SOLUTION"]
+            .iter()
+            .map(|q| search(q, &["nbs/test.ipynb"]))
+            .collect(),
+    )
+    .await;
+    assert_first_loop(&vs, 2, LoopKind::ResultRepeat);
+
+    // Searches that each find other files learn something each time.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            search("BEGIN SOLUTION", &["nbs/test.ipynb"]),
+            search("cell_type", &["nbs/test.ipynb", "nbs/submission.ipynb"]),
+            search("markdown", &["nbs/submission.ipynb"]),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+
+    // A finder walked over different names finds each: the name it was given is its finding.
+    let find = |name: &str| {
+        call_with(
+            "t",
+            "find_file",
+            json!({ "command": format!("find_file \"{name}\" docstring_parser") }),
+            &format!("Found 1 matches for \"{name}\" in /d/docstring_parser:\n/d/docstring_parser/{name}\n"),
+            false,
+        )
+    };
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        ["parser.py", "styles.py", "rest.py"]
+            .iter()
+            .map(|n| find(n))
+            .collect(),
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
 async fn reworded_edits_with_empty_results_are_different_actions() {
     // Three different sed edits that read alike and all answer "": not the same action.
     let e = engine(Config::default());

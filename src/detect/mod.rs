@@ -10,6 +10,7 @@ pub mod collaboration;
 pub mod content;
 pub mod cycle;
 pub mod dead_end;
+pub mod finding;
 pub mod matching;
 pub mod negative;
 pub mod progress;
@@ -192,7 +193,7 @@ pub type Detector = fn(&Ctx<'_>) -> Option<Finding>;
 
 /// Detectors in priority order: the first finding is the verdict's kind.
 /// A cycle in progress wins over the repeats inside it, so it is counted once per period.
-pub const ORDER: [Detector; 11] = [
+pub const ORDER: [Detector; 12] = [
     budget::detect,
     content::detect,
     regression::detect,
@@ -201,6 +202,7 @@ pub const ORDER: [Detector; 11] = [
     repeat::detect,
     response::detect,
     negative::detect,
+    finding::detect,
     dead_end::detect,
     steps::detect,
     transitions::detect,

@@ -8,9 +8,9 @@ use crate::detect::content::{self, ContentRepeat};
 use crate::detect::matching::Part;
 use crate::event::{Envelope, Event};
 use crate::signature::{
-    args_text, canonical_json, classify, head_tail, is_negative_result, is_trivial_result, key64,
-    measured_numbers, normalize, numbers, outcome_of, output_text, resource_ids, sha256_hex,
-    template_key, FailureSignature, TestMetrics,
+    args_text, canonical_json, classify, echo_key, head_tail, is_negative_result,
+    is_trivial_result, key64, measured_numbers, normalize, numbers, outcome_of, output_text,
+    resource_ids, sha256_hex, template_key, FailureSignature, TestMetrics,
 };
 use crate::state::{
     Channel, Entry, EntryBody, MetricsObs, ResultSig, TextSig, MAX_NUMBERS, METRICS_FROM_FAILURES,
@@ -210,6 +210,7 @@ pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
                 let trivial = is_trivial_result(&sig.text);
                 ResultSig {
                     outcome: outcome_of(&out),
+                    echo: echo_key(&c.args, &out),
                     negative: failed || is_negative_result(&out),
                     trivial,
                     failed,

@@ -9,10 +9,12 @@
 //!   similar texts are *not* the same (a page further on, a job further along, fewer tests failing).
 //! - [`TestMetrics::extract`] reads test summaries (pytest, cargo, jest, plain "N tests failing").
 
+mod echo;
 mod normalize;
 mod outcome;
 mod results;
 
+pub use echo::echo_key;
 pub use normalize::*;
 pub use outcome::{error_lines, outcome_of, template_key, Outcome};
 pub use results::*;

@@ -169,6 +169,7 @@ fn calibration_measures_the_engines_own_rule() {
                     trivial: false,
                     external: false,
                     outcome: None,
+                    echo: 0,
                 }),
                 passive: false,
             },
