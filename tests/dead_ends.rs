@@ -237,6 +237,59 @@ async fn the_same_failure_after_each_fix_that_moved_on_is_progress() {
 }
 
 #[tokio::test]
+async fn each_guessed_name_refused_by_the_same_step_is_a_loop() {
+    // The agent rewrites its script guessing a method name, and each run refuses the very name
+    // just written: the same step, the same kind of error, guess after guess.
+    let script = |method: &str| {
+        edit(
+            "reproduce.py",
+            "1:6",
+            &format!("from metar import Metar\nfor code in examples:\n    try:\n        m = Metar.{method}(code)\n    except Exception as e:\n        print(f\"{{code}}: {{e}}\")"),
+        )
+    };
+    let run = |method: &str| {
+        bash(
+            "python reproduce.py",
+            &format!("METAR WSSS 312000Z VRB04KT 2000: module 'metar.Metar' has no attribute '{method}'\nScript completed."),
+            false,
+        )
+    };
+    let mut events = Vec::new();
+    for m in ["parse_report", "report", "parse"] {
+        events.push(script(m));
+        events.push(run(m));
+    }
+    let e = engine(Config::default());
+    let vs = feed(&e, events).await;
+    assert_eq!(first_loop(&vs), Some(5), "{vs:#?}");
+    assert_eq!(vs[5].kind, LoopKind::SameError, "{vs:#?}");
+    assert!(
+        vs[5].reason.contains("refused by the name"),
+        "{}",
+        vs[5].reason
+    );
+
+    // The same script rewritten with each fix, the run now naming something the fix did not
+    // write: each run found the next missing piece.
+    let mut events = Vec::new();
+    for (wrote, missing) in [
+        ("parse_report", "Report"),
+        ("report", "Station"),
+        ("parse", "Wind"),
+    ] {
+        events.push(script(wrote));
+        events.push(bash(
+            "python reproduce.py",
+            &format!("METAR WSSS: module 'metar.Metar' has no attribute '{missing}'"),
+            false,
+        ));
+    }
+    let e = engine(Config::default());
+    let vs = feed(&e, events).await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
 async fn a_long_block_of_work_replayed_is_a_cycle_before_its_second_period_ends() {
     let block = [
         bash("python reproduce.py", "count: 3 (expected 4)", false),

@@ -242,6 +242,21 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
         ));
     }
 
+    // 2b. One step failing with the same kind of error, each time about the name the change
+    //     before it tried (`no attribute 'parse_report'` after an edit calling `parse_report`,
+    //     then `'report'` after one calling `report`): guess after guess, each refused by name.
+    //     A name the change did not write is the next problem found, not a guess refused.
+    let guesses = guesses_refused_by_name(cfg, ctx.state, &new, o);
+    if guesses.len() + 1 >= need {
+        return Some(finding(
+            ctx,
+            &new,
+            guesses[0],
+            guesses.len() + 1,
+            "at one step, each refused by the name the change before it tried,",
+        ));
+    }
+
     // 3. What is a question for the judge at `occurrences` is an answer when it goes on: the
     //    same dead end reached again and again, whatever was tried or changed.
     let persistent = cfg.persistent_occurrences;
@@ -315,6 +330,58 @@ fn rejected_again_in_a_row(
             .find(|b| same(a, b))
             .map(|b| (b.seq, all.len()))
     })
+}
+
+/// Does `text` hold `name` as a word of its own (`parse` in `m.parse(x)`, not in `parse_report`
+/// nor a one-letter name inside any word)?
+fn names_word(text: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(ident)
+            && !text[i + name.len()..].chars().next().is_some_and(ident)
+    })
+}
+
+/// Earlier runs of the new call (by keys), newest first, each ending in the outcome's template
+/// about other names, with calls between every two runs, and the names new in the later run of
+/// each pair written by one of those calls (the change made before it). Stops at the first run
+/// that does not fit.
+fn guesses_refused_by_name(
+    cfg: &DeadEnds,
+    state: &TaskState,
+    new: &Attempt<'_>,
+    o: &Outcome,
+) -> Vec<u64> {
+    let mut runs = Vec::new();
+    let (mut later_names, mut later_exact) = (&o.names, o.exact);
+    let mut between: Vec<&TextSig> = Vec::new();
+    for e in recent_work(state, cfg.span_window.saturating_sub(1)) {
+        match attempt(e) {
+            Some(a) if same_by_keys(a.call, new.call) => {
+                let Some(p) = a
+                    .outcome
+                    .filter(|p| p.template == o.template && p.exact != later_exact)
+                else {
+                    break;
+                };
+                let mut tried = later_names
+                    .iter()
+                    .filter(|n| !p.names.contains(n))
+                    .peekable();
+                let written = tried.peek().is_some()
+                    && tried.all(|n| between.iter().any(|c| names_word(&c.text, n)));
+                if !written {
+                    break;
+                }
+                runs.push(e.seq);
+                (later_names, later_exact) = (&p.names, p.exact);
+                between.clear();
+            }
+            Some(a) => between.push(a.call),
+            None => {}
+        }
+    }
+    runs
 }
 
 /// The attempts right before the new one that ended in exactly its outcome, newest first,
@@ -551,6 +618,42 @@ mod tests {
             assert!(f.is_none());
             s.push(bash(&format!("pip install {m}"), "Successfully installed"));
         }
+    }
+
+    #[test]
+    fn one_step_refusing_each_name_the_change_before_it_tried_is_a_loop() {
+        let edit = |name: &str| {
+            bash(
+                &format!("cat > reproduce.py <<EOF\nfrom metar import Metar\nm = Metar.{name}(report)\nEOF"),
+                "",
+            )
+        };
+        let run = |name: &str| {
+            bash(
+                "python reproduce.py",
+                &format!("METAR WSSS: module 'metar.Metar' has no attribute '{name}'"),
+            )
+        };
+        let mut s = Scene::new();
+        for name in ["parse_report", "report"] {
+            s.push(edit(name));
+            s.push(run(name));
+        }
+        s.push(edit("parse"));
+        let f = s
+            .detect(detect, run("parse"))
+            .expect("the third guess refused by name is a loop");
+        assert!(f.reason.contains("refused by the name"), "{}", f.reason);
+
+        // The names the errors give were not written by the changes between: each run finds
+        // the next thing missing, which is progress.
+        let mut s = Scene::new();
+        for (wrote, missing) in [("a", "x"), ("b", "y")] {
+            s.push(edit(wrote));
+            s.push(run(missing));
+        }
+        s.push(edit("c"));
+        assert!(s.detect(detect, run("z")).is_none());
     }
 
     #[test]

@@ -32,6 +32,9 @@ const LINES_KEPT: usize = 3;
 const MAX_LINE_CHARS: usize = 300;
 /// Characters of the outcome text kept for reasons and evidence.
 const TEXT_KEPT_CHARS: usize = 240;
+/// Quoted names kept per outcome, and their longest.
+const NAMES_KEPT: usize = 8;
+const MAX_NAME_CHARS: usize = 80;
 
 /// Where a tool call ended, when it ended in an error or a "nothing found".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +45,10 @@ pub struct Outcome {
     pub template: u64,
     /// The error lines as given (the last one first), for reasons.
     pub text: String,
+    /// The quoted values in those lines (`'parse_report'`), lowercased: the names a template
+    /// masks, kept to tell which change an error is about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
 }
 
 static ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
@@ -158,10 +165,21 @@ pub fn outcome_of(output: &str) -> Option<Outcome> {
     }
     let last = &lines[lines.len().saturating_sub(LINES_KEPT)..];
     let text: String = last.iter().rev().cloned().collect::<Vec<_>>().join(" | ");
+    let mut names: Vec<String> = Vec::new();
+    for q in last.iter().flat_map(|l| QUOTED.find_iter(l)) {
+        let inner = q.as_str();
+        let inner = &inner[1..inner.len() - 1];
+        let name = inner.to_lowercase();
+        if !name.is_empty() && inner.chars().count() <= MAX_NAME_CHARS && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names.truncate(NAMES_KEPT);
     Some(Outcome {
         exact: key_of(last, false),
         template: key_of(last, true),
         text: super::head_tail(&text, TEXT_KEPT_CHARS),
+        names,
     })
 }
 
