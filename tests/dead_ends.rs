@@ -290,6 +290,73 @@ async fn each_guessed_name_refused_by_the_same_step_is_a_loop() {
 }
 
 #[tokio::test]
+async fn calls_refused_as_written_again_and_again_are_a_loop() {
+    // Each edit is reworded (its content simpler every time), and the shell refuses every one
+    // on the same unquoted parenthesis: none of them ran, the form was never fixed.
+    let refused = |body: &str| {
+        bash(
+            &format!("edit 78:86: Types.hostname: {body}"),
+            &format!("/bin/bash: line 1: syntax error near unexpected token `('\n/bin/bash: line 1: `edit 78:86: Types.hostname: {body}'"),
+            false,
+        )
+    };
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            refused(
+                "data_type.from_import(IMPORT_CONSTR, strict=True, kwargs={'regex': r'^[a-z]+$'})",
+            ),
+            refused("data_type(type='str', strict=True, kwargs={'regex': r'^[a-z]+$'})"),
+            refused("data_type(type='str'),"),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
+    assert!(
+        vs[2].reason.contains("refused as written"),
+        "{}",
+        vs[2].reason
+    );
+
+    // The form fixed after two refusals: the third call runs into something else.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            refused("data_type.from_import(IMPORT_CONSTR, strict=True)"),
+            refused("data_type(type='str', strict=True)"),
+            bash(
+                "edit 78:86 << 'end_of_edit'",
+                "/bin/bash: line 3: unexpected EOF while looking for matching `''",
+                false,
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+
+    // A command-line tool asked for its help after each change prints its usage: that is its
+    // output, not a refusal.
+    let mut events = Vec::new();
+    for flag in ["--verbose", "--force-color", "--skip-checks"] {
+        events.push(edit(
+            "tzkt/management/commands/tzkt_import.py",
+            "12:12",
+            &format!("parser.add_argument(\"{flag}\")"),
+        ));
+        events.push(bash(
+            "python manage.py tzkt_import --help",
+            "usage: manage.py tzkt_import [-h] [--version] [-v {0,1,2,3}]\n\nImport blocks.",
+            false,
+        ));
+    }
+    let e = engine(Config::default());
+    let vs = feed(&e, events).await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
 async fn a_long_block_of_work_replayed_is_a_cycle_before_its_second_period_ends() {
     let block = [
         bash("python reproduce.py", "count: 3 (expected 4)", false),

@@ -230,6 +230,22 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
         }
     }
 
+    // 1d. Calls refused as written, in a row, the same refusal each time (a shell syntax error
+    //     on the same unquoted parenthesis, `ls: invalid option -- '.'`): none of them ran, so
+    //     there was nothing to learn but the refusal, and the form was never fixed.
+    if o.refused {
+        let row = attempts_in_a_row(ctx.state, o, ctx.cfg.window);
+        if row.len() + 1 >= need {
+            return Some(finding(
+                ctx,
+                &new,
+                row[0],
+                row.len() + 1,
+                "in a row, each refused as written before it ran,",
+            ));
+        }
+    }
+
     // 2. One step failing exactly the same way, with only rewordings of one change between.
     let span = span(ctx);
     if let Some(span) = span.as_ref().filter(|s| s.rewordings) {
@@ -654,6 +670,33 @@ mod tests {
         }
         s.push(edit("c"));
         assert!(s.detect(detect, run("z")).is_none());
+    }
+
+    #[test]
+    fn calls_refused_as_written_in_a_row_are_a_loop() {
+        let refused = |cmd: &str| {
+            bash(
+                cmd,
+                &format!("/bin/bash: line 1: syntax error near unexpected token `('\n/bin/bash: line 1: `{cmd}'"),
+            )
+        };
+        let mut s = Scene::new();
+        s.push(refused("edit 1:2: f(a, b)"));
+        s.push(refused("edit 1:2: g(a)"));
+        let f = s
+            .detect(detect, refused("edit 1:2: h()"))
+            .expect("the third refusal in a row is a loop");
+        assert!(f.reason.contains("refused as written"), "{}", f.reason);
+
+        // Something that ran between breaks the row.
+        let mut s = Scene::new();
+        s.push(refused("edit 1:2: f(a, b)"));
+        s.push(bash(
+            "open a.py",
+            "[File: /r/a.py (3 lines total)]\n1:x = 1",
+        ));
+        s.push(refused("edit 1:2: g(a)"));
+        assert!(s.detect(detect, refused("edit 1:2: h()")).is_none());
     }
 
     #[test]

@@ -49,13 +49,17 @@ pub struct Outcome {
     /// masks, kept to tell which change an error is about.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
+    /// The call was refused as written — a shell syntax error, an unknown option, argument or
+    /// command — so it never ran: nothing it meant to do happened.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refused: bool,
 }
 
 static ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r#"(?x)
           ^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b\s*(?::|$)   # KeyError: 'x'
-        | ^[\w./\[\]()-]+(?:\ [\w./-]+)?:\ (?i:.*(?:error|not\ found|no\ such|cannot|can't|invalid|denied|unrecognized|not\ recognized|failed|unable|refused|timed\ out|no\ module))
+        | ^[\w./\[\]()-]+(?:\ [\w./-]+)?:\ (?i:.*(?:error|not\ found|no\ such|cannot|can't|invalid|denied|unrecognized|not\ recognized|failed|unable|refused|timed\ out|no\ module|missing\ operand|unexpected\ eof))
         | ^-\ [EFW]\d{3}\b                                  # - E999 IndentationError: ...
         | ^E\s{2,}\S                                        # pytest: E   AssertionError
         | ^(?:FAILED|ERROR)\b                               # test summaries
@@ -71,6 +75,14 @@ static ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
 /// module 'm' has no attribute 'parse'`): the clause that holds one is an error line.
 static PYTHON_MESSAGE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)has no attribute |is not defined$|no module named |cannot import name |object is not (?:callable|subscriptable|iterable)|unexpected keyword argument|missing \d+ required positional")
+        .expect("compiles")
+});
+
+/// A call refused as written, before it ran: the shell could not parse it, or the program does
+/// not know the option, argument or command. (A usage message alone is not one: printing its
+/// help is what a command-line tool under test is often asked to do.)
+static REFUSED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)syntax error near unexpected token|unexpected eof while looking for matching|unrecognized arguments?|invalid option|unknown option|invalid choice|missing operand|the following arguments are required|command not found")
         .expect("compiles")
 });
 
@@ -180,6 +192,7 @@ pub fn outcome_of(output: &str) -> Option<Outcome> {
         template: key_of(last, true),
         text: super::head_tail(&text, TEXT_KEPT_CHARS),
         names,
+        refused: last.iter().any(|l| REFUSED.is_match(l)),
     })
 }
 
@@ -189,6 +202,21 @@ mod tests {
 
     fn out(s: &str) -> Outcome {
         outcome_of(s).unwrap_or_else(|| panic!("no outcome in {s:?}"))
+    }
+
+    #[test]
+    fn a_call_refused_as_written_is_marked_and_a_usage_message_is_no_error() {
+        assert!(out("/bin/bash: line 1: syntax error near unexpected token `('").refused);
+        assert!(out("ls: invalid option -- '.'\nTry 'ls --help' for more information.").refused);
+        assert!(out("bash: pyhton: command not found").refused);
+        assert!(!out("ModuleNotFoundError: No module named 'yaml'").refused);
+        assert_eq!(
+            outcome_of("usage: manage.py tzkt_import [-h] [--version]"),
+            None
+        );
+        let names =
+            out("AttributeError: module 'metar.Metar' has no attribute 'parse_report'").names;
+        assert_eq!(names, ["metar.metar", "parse_report"]);
     }
 
     #[test]
