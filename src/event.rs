@@ -302,6 +302,23 @@ fn validate(mut envelope: Envelope) -> Result<Envelope, InputError> {
         }
     }
     if let Event::Progress(p) = &envelope.event {
+        // The schema declares these counts int64 (OpenAPI has no unsigned format): a value past
+        // its range is refused here, not accepted as a u64 the schema says cannot exist.
+        let counts = [
+            ("event.tests_passed", p.tests_passed),
+            ("event.tests_failed", p.tests_failed),
+            ("event.files_created", p.files_created),
+            ("event.dependencies_added", p.dependencies_added),
+            ("event.lines_changed", p.lines_changed),
+        ];
+        for (path, n) in counts {
+            if let Some(n) = n.filter(|n| i64::try_from(*n).is_err()) {
+                return Err(InputError::new(
+                    path,
+                    format!("must be a count of at most {}, got {n}", i64::MAX),
+                ));
+            }
+        }
         if let Some(c) = p.coverage {
             if !(0.0..=100.0).contains(&c) {
                 return Err(InputError::new(
@@ -317,6 +334,25 @@ fn validate(mut envelope: Envelope) -> Result<Envelope, InputError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_past_int64_or_a_coverage_just_past_100_is_refused_with_its_path() {
+        let e = parse_envelope(
+            r#"{"task_id":"t","event":{"type":"progress","files_created":9223372036854775808}}"#,
+        )
+        .expect_err("2^63 is past the schema's int64");
+        assert_eq!(e.path, "event.files_created", "{e:?}");
+        // The nearest double above 100: parsed exactly, so refused (not rounded down to 100).
+        let e = parse_envelope(
+            r#"{"task_id":"t","event":{"type":"progress","coverage":100.00000000000001}}"#,
+        )
+        .expect_err("just past 100 is not a percentage");
+        assert_eq!(e.path, "event.coverage", "{e:?}");
+        assert!(parse_envelope(
+            r#"{"task_id":"t","event":{"type":"progress","files_created":9223372036854775807,"coverage":100}}"#
+        )
+        .is_ok());
+    }
 
     #[test]
     fn parses_every_event_type() {
