@@ -210,6 +210,22 @@ fn bench(c: &mut Criterion) {
     g.bench_function("normalize_long_output", |b| {
         b.iter(|| loopguard::signature::normalize(&long_output))
     });
+    // The result's key with the call's own quoted terms masked, paid on every tool result: a
+    // search quoting its query, and an edit whose whole content is its argument.
+    let search_args = json!({"command": "search_dir \"BEGIN SOLUTION\" tests"});
+    let search_out = format!(
+        "Found 2 matches for \"BEGIN SOLUTION\" in /r/tests:\n{}End of matches for \"BEGIN SOLUTION\" in /r/tests",
+        "/r/tests/nbs/test.ipynb (2 matches)\n".repeat(20)
+    );
+    g.bench_function("echo_key_search", |b| {
+        b.iter(|| loopguard::signature::echo_key(&search_args, &search_out))
+    });
+    let edit_body = "        value = compute('x', \"y\", z)  # keep the old behaviour\n".repeat(60);
+    let edit_args = json!({"command": format!("edit 10:70\n{edit_body}end_of_edit")});
+    let edit_out = format!("[File: /r/a.py (400 lines total)]\n{edit_body}");
+    g.bench_function("echo_key_edit", |b| {
+        b.iter(|| loopguard::signature::echo_key(&edit_args, &edit_out))
+    });
     g.finish();
 }
 

@@ -10,13 +10,15 @@
 //! it would make a walk over different files look like one answer.
 
 use super::key64;
-use aho_corasick::{AhoCorasick, MatchKind};
 use regex::Regex;
 use std::sync::LazyLock;
 
 /// Shorter words are too common to stand for the call (`-m`, `of`, `py`).
 const MIN_TERM_CHARS: usize = 3;
-/// The longest terms are kept: an edit's whole content is not a query worth masking word by word.
+/// A longer argument is content (an edit's new code, a script), not a query a tool would quote
+/// back; skipping it keeps this cheap on every tool result.
+const MAX_QUERY_CHARS: usize = 300;
+/// Terms tried per call, the longest first.
 const MAX_TERMS: usize = 24;
 
 static QUOTED: LazyLock<Regex> =
@@ -31,23 +33,23 @@ fn strings<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
     }
 }
 
-/// What a call asks for, as it may come back in its result: each string argument, the quoted
-/// parts of a command line, and its words after the first (the program, not the query).
-fn terms(args: &serde_json::Value) -> Vec<String> {
+/// What a call asks for, as it may come back in its result: each short string argument, the
+/// quoted parts of a command line, and its words after the first (the program, not the query).
+fn terms(args: &serde_json::Value) -> Vec<&str> {
     let mut values = Vec::new();
     strings(args, &mut values);
-    let mut terms: Vec<String> = Vec::new();
-    for v in values {
-        terms.push(v.trim().to_string());
+    let mut terms: Vec<&str> = Vec::new();
+    for v in values.into_iter().filter(|v| v.len() <= MAX_QUERY_CHARS) {
+        terms.push(v.trim());
         for c in QUOTED.captures_iter(v) {
             if let Some(m) = c.get(1).or_else(|| c.get(2)) {
-                terms.push(m.as_str().to_string());
+                terms.push(m.as_str());
             }
         }
         terms.extend(
             v.split_whitespace()
                 .skip(1)
-                .map(|w| w.trim_matches(|c| c == '"' || c == '\'').to_string()),
+                .map(|w| w.trim_matches(|c| c == '"' || c == '\'')),
         );
     }
     terms.retain(|t| t.chars().count() >= MIN_TERM_CHARS);
@@ -60,24 +62,21 @@ fn terms(args: &serde_json::Value) -> Vec<String> {
 /// Key of the output with every place it quotes the call's own terms masked; 0 when it quotes
 /// none of them (then the plain output key already says everything).
 pub fn echo_key(args: &serde_json::Value, output: &str) -> u64 {
-    let terms = terms(args);
-    if terms.is_empty() {
+    if !output.contains(['"', '\'']) {
         return 0;
     }
-    let quoted: Vec<String> = terms
-        .iter()
-        .flat_map(|t| [format!("\"{t}\""), format!("'{t}'")])
-        .collect();
-    let Ok(ac) = AhoCorasick::builder()
-        .match_kind(MatchKind::LeftmostLongest)
-        .build(&quoted)
-    else {
-        return 0;
-    };
-    if !ac.is_match(output) {
-        return 0;
+    let mut masked: Option<String> = None;
+    // Longest first, so a query is masked whole before any word inside it.
+    for t in terms(args) {
+        for q in ['"', '\''] {
+            let quoted = format!("{q}{t}{q}");
+            let text = masked.as_deref().unwrap_or(output);
+            if text.contains(&quoted) {
+                masked = Some(text.replace(&quoted, "\"\u{1}\""));
+            }
+        }
     }
-    key64(&ac.replace_all(output, &vec!["\"\u{1}\""; quoted.len()]))
+    masked.map_or(0, |m| key64(&m))
 }
 
 #[cfg(test)]
