@@ -139,13 +139,29 @@ impl Default for ModelConfig {
     }
 }
 
+/// A relative model path is looked up in the working directory first, then in the checkout the
+/// binary was built from: `models/fetch.py` writes there, and a binary started from another
+/// directory (an installed `loopguard serve`, a service unit) would otherwise find no model while
+/// the files sit where the README put them. Neither existing, the working directory's path is
+/// kept, so the error names the place a user is most likely to put the files.
 fn absolute(p: &Path) -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    absolute_from(&cwd, Path::new(env!("CARGO_MANIFEST_DIR")), p)
+}
+
+fn absolute_from(cwd: &Path, checkout: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {
-        p.to_path_buf()
+        return p.to_path_buf();
+    }
+    let in_cwd = cwd.join(p);
+    if in_cwd.exists() {
+        return in_cwd;
+    }
+    let in_checkout = checkout.join(p);
+    if in_checkout.exists() {
+        in_checkout
     } else {
-        std::env::current_dir()
-            .map(|d| d.join(p))
-            .unwrap_or_else(|_| p.to_path_buf())
+        in_cwd
     }
 }
 

@@ -136,3 +136,31 @@ fn action_specs_parse() {
     assert!("warn:user".parse::<ActionSpec>().is_err());
     assert!("escalate:nobody".parse::<ActionSpec>().is_err());
 }
+
+#[test]
+fn a_relative_model_path_missing_here_is_found_in_the_checkout() {
+    let cwd = tempfile::tempdir().unwrap();
+    let checkout = tempfile::tempdir().unwrap();
+    let rel = Path::new("models/m");
+    // Nowhere: the working directory's path, so the error names where a user would put it.
+    assert_eq!(
+        absolute_from(cwd.path(), checkout.path(), rel),
+        cwd.path().join(rel)
+    );
+    // Only in the checkout (the binary started from another directory).
+    std::fs::create_dir_all(checkout.path().join(rel)).unwrap();
+    assert_eq!(
+        absolute_from(cwd.path(), checkout.path(), rel),
+        checkout.path().join(rel)
+    );
+    // In both: the working directory wins, as it always did.
+    std::fs::create_dir_all(cwd.path().join(rel)).unwrap();
+    assert_eq!(
+        absolute_from(cwd.path(), checkout.path(), rel),
+        cwd.path().join(rel)
+    );
+    assert_eq!(
+        absolute_from(cwd.path(), checkout.path(), Path::new("/abs/m")),
+        PathBuf::from("/abs/m")
+    );
+}
