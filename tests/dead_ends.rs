@@ -458,33 +458,48 @@ async fn a_long_routine_with_new_results_each_time_is_not_a_replay() {
     assert_eq!(first_loop(&vs), None, "{vs:#?}");
 }
 
+const FIXES: [(&str, &str); 3] = [
+    (
+        "src/fmt.py",
+        "def render(table):\n    cells = [str(c) for c in table]\n    return sep.join(cells)",
+    ),
+    ("src/config.py", "SEPARATOR = ' | '\nsep = SEPARATOR"),
+    (
+        "src/table.py",
+        "class Table:\n    def __iter__(self):\n        return iter(self.rows)",
+    ),
+];
+
+/// A failing run, then each fix followed by the same run with the given output.
+fn fix_and_rerun(command: &str, outputs: [&str; 4]) -> Vec<loopguard::Envelope> {
+    let mut v = vec![bash(command, outputs[0], false)];
+    for ((file, fix), output) in FIXES.iter().zip(&outputs[1..]) {
+        v.push(edit(file, "10:12", fix));
+        v.push(bash(command, output, false));
+    }
+    v
+}
+
 #[tokio::test]
-async fn one_step_failing_the_same_way_after_fix_after_fix_is_a_loop_only_when_asked_to_be_persistent(
-) {
-    // Three different fixes, the same traceback after each: by default a question for the judge
-    // (an investigation may be ruling causes out); with `persistent_occurrences = 4`, the fourth
-    // identical failure is a loop without asking.
-    let events = || {
-        let mut v = vec![bash("python reproduce.py", TRACEBACK, false)];
-        for (file, fix) in [
-            (
-                "src/fmt.py",
-                "def render(table):\n    cells = [str(c) for c in table]\n    return sep.join(cells)",
-            ),
-            ("src/config.py", "SEPARATOR = ' | '\nsep = SEPARATOR"),
-            (
-                "src/table.py",
-                "class Table:\n    def __iter__(self):\n        return iter(self.rows)",
-            ),
-        ] {
-            v.push(edit(file, "10:12", fix));
-            v.push(bash("python reproduce.py", TRACEBACK, false));
-        }
-        v
-    };
+async fn one_step_failing_the_very_same_way_after_fix_after_fix_is_a_loop() {
+    // The same run, unchanged, ending in the very same traceback after three different fixes:
+    // none of the changes reached the failure (`unmoved_reruns = 4`). Without that rule it is a
+    // question for the judge (an investigation may be ruling causes out), unless
+    // `persistent_occurrences` makes any fourth identical dead end a loop.
+    let events = || fix_and_rerun("python reproduce.py", [TRACEBACK; 4]);
     let vs = feed(&engine(Config::default()), events()).await;
-    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+    assert_eq!(first_loop(&vs), Some(6), "{vs:#?}");
+    assert!(
+        vs[6].reason.contains("none of it reaching the failure"),
+        "{}",
+        vs[6].reason
+    );
+
     let mut cfg = Config::default();
+    cfg.detect.dead_ends.unmoved_reruns = 0;
+    let vs = feed(&engine(cfg.clone()), events()).await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+
     cfg.detect.dead_ends.persistent_occurrences = 4;
     let vs = feed(&engine(cfg), events()).await;
     assert_eq!(first_loop(&vs), Some(6), "{vs:#?}");
@@ -492,5 +507,54 @@ async fn one_step_failing_the_same_way_after_fix_after_fix_is_a_loop_only_when_a
         vs[6].reason.contains("whatever was changed between"),
         "{}",
         vs[6].reason
+    );
+}
+
+#[tokio::test]
+async fn a_failure_whose_numbers_move_after_each_fix_is_progress() {
+    // The same test after each fix, failing on the same assertion line with other values, or
+    // with fewer failures each time: the fixes reach the failure, however alike the lines look.
+    let assertion = |got: u32| {
+        format!(
+            "E       AssertionError: assert {got} == 40\nFAILED tests/test_fmt.py::test_width - AssertionError: assert {got} == 40"
+        )
+    };
+    let (a, b, c, d) = (assertion(31), assertion(35), assertion(38), assertion(39));
+    let vs = feed(
+        &engine(Config::default()),
+        fix_and_rerun(
+            "python -m pytest tests/test_fmt.py -q",
+            [a.as_str(), b.as_str(), c.as_str(), d.as_str()],
+        ),
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+
+    let failed =
+        |n: u32| format!("FAILED tests/test_fmt.py::test_render\nERROR: {n} failed, 12 passed");
+    let (a, b, c, d) = (failed(4), failed(3), failed(2), failed(1));
+    let vs = feed(
+        &engine(Config::default()),
+        fix_and_rerun(
+            "python -m pytest tests -q",
+            [a.as_str(), b.as_str(), c.as_str(), d.as_str()],
+        ),
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
+async fn runs_back_to_back_are_not_unmoved_reruns() {
+    // Nothing between the runs: an exact repeat, the repeat detectors' case, not a claim that
+    // changes failed to reach the failure.
+    let events = (0..4)
+        .map(|_| bash("python reproduce.py", TRACEBACK, false))
+        .collect::<Vec<_>>();
+    let vs = feed(&engine(Config::default()), events).await;
+    assert!(
+        vs.iter()
+            .all(|v| !v.reason.contains("none of it reaching the failure")),
+        "{vs:#?}"
     );
 }

@@ -275,6 +275,11 @@ pub struct DeadEnds {
     /// for the judge). 0 = always a question.
     #[serde(default)]
     pub persistent_occurrences: usize,
+    /// The very same call (a test or a script, unchanged) run this many times within
+    /// `span_window`, other work between every two runs, each run ending in exactly the same
+    /// error: the changes between never reached the failure. 0 = off.
+    #[serde(default)]
+    pub unmoved_reruns: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

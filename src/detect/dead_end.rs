@@ -273,6 +273,23 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
         ));
     }
 
+    // 2c. The very same run (a test, a script, unchanged) failing exactly the same way again and
+    //     again with other work between: whatever was changed never reached the failure. A
+    //     debugging script rewritten between runs is another call each time and stays a
+    //     question; so do different calls rejected alike (edits refused by one linter error).
+    if cfg.unmoved_reruns >= need {
+        let reruns = unmoved_reruns(cfg, ctx.state, &new, o);
+        if reruns.len() + 1 >= cfg.unmoved_reruns {
+            return Some(finding(
+                ctx,
+                &new,
+                reruns[0],
+                reruns.len() + 1,
+                "as the same call, other work between each, none of it reaching the failure,",
+            ));
+        }
+    }
+
     // 3. What is a question for the judge at `occurrences` is an answer when it goes on: the
     //    same dead end reached again and again, whatever was tried or changed.
     let persistent = cfg.persistent_occurrences;
@@ -395,6 +412,32 @@ fn guesses_refused_by_name(
             }
             Some(a) => between.push(a.call),
             None => {}
+        }
+    }
+    runs
+}
+
+/// Earlier runs of the new call (by keys) within the span window ending in the very error lines
+/// of the new one, newest first, counted only while other work separates every two of them (runs
+/// back to back are the exact-repeat detectors' case). The error lines are compared as written,
+/// numbers included: a test failing on the same assertion with other values, or a count of
+/// failures going down, has moved; what else the run prints (a debugging line added) may change.
+fn unmoved_reruns(cfg: &DeadEnds, state: &TaskState, new: &Attempt<'_>, o: &Outcome) -> Vec<u64> {
+    let mut runs = Vec::new();
+    let mut work_since = 0usize;
+    for e in recent_work(state, cfg.span_window.saturating_sub(1)) {
+        match attempt(e) {
+            Some(a) if same_by_keys(a.call, new.call) => {
+                let same = a
+                    .outcome
+                    .is_some_and(|p| p.exact == o.exact && p.text == o.text);
+                if work_since == 0 || !same {
+                    break;
+                }
+                runs.push(a.seq);
+                work_since = 0;
+            }
+            _ => work_since += 1,
         }
     }
     runs
@@ -728,6 +771,44 @@ mod tests {
             }
             assert!(s.detect(detect, bash(t, none)).is_none());
         }
+    }
+
+    #[test]
+    fn the_same_run_failing_the_very_same_way_after_work_after_work_is_a_loop() {
+        let probes = ["cat config.py", "grep -rn name src", "sed -n 1,20p run.py"];
+        let run = |s: &mut Scene, fail: &str| s.detect(detect, bash("python run.py", fail));
+        for (reruns, fires) in [(4, true), (0, false), (5, false)] {
+            let mut s = Scene::with(|c| c.detect.dead_ends.unmoved_reruns = reruns);
+            assert!(run(&mut s, "KeyError: 'name' at row 7").is_none());
+            for (i, probe) in probes.iter().enumerate() {
+                s.push(bash(probe, "some new information"));
+                let f = run(&mut s, "KeyError: 'name' at row 7");
+                if i < 2 || !fires {
+                    assert!(f.is_none(), "unmoved_reruns = {reruns}, run {}", i + 2);
+                } else {
+                    let f = f.expect("the fourth unmoved run");
+                    assert_eq!(f.kind, LoopKind::SameError);
+                    assert!(f.reason.contains("none of it reaching"), "{}", f.reason);
+                }
+            }
+        }
+        // The error's numbers move (another row each time): the work reached the failure.
+        let mut s = Scene::new();
+        assert!(run(&mut s, "KeyError: 'name' at row 7").is_none());
+        for (probe, row) in probes.iter().zip([9, 12, 15]) {
+            s.push(bash(probe, "some new information"));
+            assert!(run(&mut s, &format!("KeyError: 'name' at row {row}")).is_none());
+        }
+        // One run back to back with the one before it is not counted: nothing happened between.
+        let mut s = Scene::new();
+        assert!(run(&mut s, "KeyError: 'name' at row 7").is_none());
+        s.push(bash(probes[0], "some new information"));
+        assert!(run(&mut s, "KeyError: 'name' at row 7").is_none());
+        assert!(run(&mut s, "KeyError: 'name' at row 7")
+            .is_none_or(|f| !f.reason.contains("none of it reaching")));
+        s.push(bash(probes[1], "some new information"));
+        assert!(run(&mut s, "KeyError: 'name' at row 7")
+            .is_none_or(|f| !f.reason.contains("none of it reaching")));
     }
 
     #[test]
