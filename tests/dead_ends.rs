@@ -121,6 +121,8 @@ async fn different_fixes_between_runs_of_a_failing_step_are_not_a_loop() {
     let e = engine(Config::default());
     let vs = feed(&e, events).await;
     assert_eq!(first_loop(&vs), None, "{vs:#?}");
+    let last = &vs[vs.len() - 1].reason;
+    assert!(last.contains("are the changes going anywhere"), "{last}");
 }
 
 fn rejected_edit(lines: &str, code: &str, error: &str) -> loopguard::Envelope {
@@ -542,6 +544,11 @@ async fn a_failure_whose_numbers_move_after_each_fix_is_progress() {
     )
     .await;
     assert_eq!(first_loop(&vs), None, "{vs:#?}");
+    // Nor is it a question for a judge: the failure moved.
+    assert!(
+        vs.iter().all(|v| !v.reason.contains("ambiguous")),
+        "{vs:#?}"
+    );
 }
 
 #[tokio::test]

@@ -580,10 +580,23 @@ fn span(ctx: &Ctx<'_>) -> Option<Span> {
 
 /// The same step failing exactly the same way after *different* changes (three fixes, the same
 /// failure each time): ambiguous — superficial fixes going nowhere, or an investigation ruling
-/// options out? Returns the earlier runs, newest first.
+/// options out? Returns the earlier runs, newest first. "The same way" is the error lines as
+/// written, numbers included: a failure whose counts or values moved after a change was reached
+/// by it, which is not a question worth a judge's call.
 pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     let span = span(ctx)?;
-    (!span.rewordings).then_some(span.members)
+    if span.rewordings {
+        return None;
+    }
+    let cfg = &ctx.cfg.dead_ends;
+    let o = attempt(ctx.entry)?.outcome?;
+    let verbatim: Vec<u64> = recent_work(ctx.state, cfg.span_window.saturating_sub(1))
+        .into_iter()
+        .filter_map(attempt)
+        .filter(|a| span.members.contains(&a.seq) && a.outcome.is_some_and(|p| p.text == o.text))
+        .map(|a| a.seq)
+        .collect();
+    (verbatim.len() + 1 >= cfg.occurrences.max(2)).then_some(verbatim)
 }
 
 /// Different attempts ending in exactly the same dead end, one after another: ambiguous (three
@@ -606,7 +619,7 @@ pub fn different_attempts(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{detect, different_attempts};
+    use super::{detect, different_attempts, different_changes};
     use crate::detect::testkit::{bash, Scene};
     use crate::verdict::LoopKind;
     use serde_json::json;
@@ -889,6 +902,36 @@ mod tests {
         let twice = "E999 SyntaxError: unmatched ')'";
         assert!(s.detect(detect, edit("287:295", "f(xs", twice)).is_none());
         assert!(s.detect(detect, edit("287:295", "f(xs", twice)).is_none());
+    }
+
+    #[test]
+    fn the_same_failure_after_different_changes_is_for_the_judge_unless_it_moved() {
+        let fixes = [
+            "sed -i s/a/b/ x.py",
+            "sed -i s/c/d/ y.py",
+            "sed -i s/e/f/ z.py",
+        ];
+        let asked = |fails: [&str; 3]| {
+            let mut s = Scene::new();
+            s.push(bash("python run.py", fails[0]));
+            s.push(bash(fixes[0], "done"));
+            s.push(bash("python run.py", fails[1]));
+            s.push(bash(fixes[1], "done"));
+            let p = s.probe(bash("python run.py", fails[2]));
+            let ctx = s.ctx(&p);
+            assert!(detect(&ctx).is_none());
+            different_changes(&ctx)
+        };
+        let same = "AssertionError: width 31 != 40";
+        assert_eq!(asked([same; 3]), Some(vec![3, 1]));
+        assert_eq!(
+            asked([
+                same,
+                "AssertionError: width 35 != 40",
+                "AssertionError: width 38 != 40"
+            ]),
+            None
+        );
     }
 
     #[test]
