@@ -235,16 +235,21 @@ async fn paging_through_a_file_is_progress() {
 
 #[tokio::test]
 async fn a_test_run_after_each_distinct_fix_is_progress() {
+    // Each fix moves the failure (the BRIEF's progress: numbers that move, tests that change).
+    // The very same failure after three fixes is rule 2c's loop (`tests/dead_ends.rs`).
     let e = engine(Config::default());
-    let test = || {
+    let failing = |got: u32| {
         call_with(
             "t",
             "bash",
             json!({"command": "python -m pytest tests/test_parser.py -x"}),
-            "FAILED tests/test_parser.py::test_nested - AssertionError: assert 3 == 4",
+            &format!(
+                "FAILED tests/test_parser.py::test_nested - AssertionError: assert {got} == 4"
+            ),
             true,
         )
     };
+    let test = || failing(3);
     let fix = |old: &str, new: &str| {
         call_with(
             "t",
@@ -257,13 +262,13 @@ async fn a_test_run_after_each_distinct_fix_is_progress() {
     let vs = feed(
         &e,
         vec![
-            test(),
+            failing(3),
             fix("depth = 0", "depth = 1"),
-            test(),
+            failing(5),
             fix("if token == '(':", "if token in '([':"),
-            test(),
+            failing(2),
             fix("return depth", "return depth + nested"),
-            test(),
+            failing(3),
         ],
     )
     .await;

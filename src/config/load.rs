@@ -235,15 +235,6 @@ impl Config {
                 ),
             );
         }
-        if de.unmoved_reruns != 0 && de.unmoved_reruns < de.occurrences {
-            return bad(
-                "detect.dead_ends.unmoved_reruns",
-                format!(
-                    "must be 0 (off) or at least detect.dead_ends.occurrences ({}), got {}",
-                    de.occurrences, de.unmoved_reruns
-                ),
-            );
-        }
         let ct = &self.detect.content;
         for (name, v, least) in [
             ("min_sentence_words", ct.min_sentence_words, 1),

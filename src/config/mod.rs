@@ -277,7 +277,8 @@ pub struct DeadEnds {
     pub persistent_occurrences: usize,
     /// The very same call (a test or a script, unchanged) run this many times within
     /// `span_window`, other work between every two runs, each run ending in exactly the same
-    /// error: the changes between never reached the failure. 0 = off.
+    /// error: the changes between never reached the failure. 0 = off; below `occurrences` it
+    /// counts as `occurrences`.
     #[serde(default)]
     pub unmoved_reruns: usize,
 }

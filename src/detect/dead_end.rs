@@ -277,9 +277,10 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     //     again with other work between: whatever was changed never reached the failure. A
     //     debugging script rewritten between runs is another call each time and stays a
     //     question; so do different calls rejected alike (edits refused by one linter error).
-    if cfg.unmoved_reruns >= need {
+    //     Counted from `occurrences` up: fewer runs are not yet a dead end at all.
+    if cfg.unmoved_reruns > 0 {
         let reruns = unmoved_reruns(cfg, ctx.state, &new, o);
-        if reruns.len() + 1 >= cfg.unmoved_reruns {
+        if reruns.len() + 1 >= cfg.unmoved_reruns.max(need) {
             return Some(finding(
                 ctx,
                 &new,
