@@ -373,3 +373,50 @@ async fn the_service_answers_in_time_with_a_sleeping_judge() {
         "{metrics}"
     );
 }
+
+/// Feeds the events to an engine whose judge always says "no progress"; the verdicts and how
+/// many questions the judge got.
+async fn judged(events: Vec<Value>) -> (Vec<loopguard::Verdict>, usize) {
+    let (url, m) = mock(says("no_progress")).await;
+    let e = engine_with_judge(judge_config("openai", &format!("{url}/v1"), &[]));
+    let mut vs = Vec::new();
+    for event in events {
+        vs.push(
+            e.evaluate(env(json!({"task_id": "t", "event": event})))
+                .await
+                .unwrap(),
+        );
+    }
+    let asked = m.requests.lock().unwrap().len();
+    (vs, asked)
+}
+
+#[tokio::test]
+async fn a_dead_end_that_moved_is_not_a_question_whatever_its_cosine() {
+    // A recorded healthy run (mini-SWE-agent, pvlib-1707): a script fails on one missing module
+    // after another, an install between each. The third traceback is in the grey band of the
+    // first, but its error line names another module: the install worked and the failure moved.
+    // Asking a judge about it flagged the run when the judge said "no progress".
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/judge/module_after_module.json"
+    ))
+    .unwrap();
+    let events: Vec<Value> = serde_json::from_str(&text).unwrap();
+    let (vs, asked) = judged(events.clone()).await;
+    assert!(
+        vs.iter().all(|v| !v.is_loop && v.judge.is_none()),
+        "{vs:#?}"
+    );
+    assert_eq!(asked, 0);
+
+    // The same traceback ending in the first error again (the install changed nothing): the
+    // grey band is a question, and this judge's answer makes it a loop.
+    let mut again = events;
+    let out = again[5]["result"]["output"].as_str().unwrap();
+    again[5]["result"]["output"] = Value::from(out.replace("'scipy'", "'numpy'"));
+    let (vs, asked) = judged(again).await;
+    assert_eq!(asked, 1);
+    assert!(vs[5].is_loop, "{:#?}", vs[5]);
+    assert!(vs[5].reason.contains("grey band"), "{}", vs[5].reason);
+}

@@ -120,6 +120,21 @@ impl Engine {
     }
 }
 
+/// The candidate ended in the same error lines as this result (numbers and paths masked), or
+/// either has no error lines to compare (a "nothing found").
+fn same_dead_end(ctx: &Ctx<'_>, r: &crate::state::ResultSig, candidate: u64) -> bool {
+    let earlier = match ctx.state.entry(candidate).map(|e| &e.body) {
+        Some(EntryBody::ToolCall {
+            result: Some(c), ..
+        }) => c.outcome.as_ref(),
+        _ => None,
+    };
+    match (&r.outcome, earlier) {
+        (Some(a), Some(b)) => a.exact == b.exact,
+        _ => true,
+    }
+}
+
 /// Is this a case the cheap signals cannot decide? Returns the question and the near miss.
 pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Question> {
     // External failures are not the agent's doing: nothing to judge.
@@ -140,10 +155,13 @@ pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Q
         // worth a question however close its wording: only dead ends are (measured: asking
         // about every grey-band call flagged 11 of the 178 healthy runs with a judge that
         // always says "no progress").
+        // Nor is a dead end other than the candidate's: an error whose lines changed (the next
+        // missing module after an install) has moved on, whatever the cosine of the whole text
+        // (measured: the question flagged a healthy run installing module after module).
         let dead_end = match &ctx.entry.body {
             EntryBody::ToolCall {
                 result: Some(r), ..
-            } => r.negative || r.outcome.is_some(),
+            } => (r.negative || r.outcome.is_some()) && same_dead_end(ctx, r, l.seq),
             EntryBody::ToolCall { result: None, .. } => false,
             _ => true,
         };
