@@ -418,6 +418,13 @@ fn guesses_refused_by_name(
     runs
 }
 
+/// The same error lines as written, numbers included: not only the same failure (`exact`, numbers
+/// masked) but one that did not move — a count of failures going down or an assertion with other
+/// values has.
+fn unmoved(p: &Outcome, o: &Outcome) -> bool {
+    p.exact == o.exact && p.text == o.text
+}
+
 /// Earlier runs of the new call (by keys) within the span window ending in the very error lines
 /// of the new one, newest first, counted only while other work separates every two of them (runs
 /// back to back are the exact-repeat detectors' case). The error lines are compared as written,
@@ -429,9 +436,7 @@ fn unmoved_reruns(cfg: &DeadEnds, state: &TaskState, new: &Attempt<'_>, o: &Outc
     for e in recent_work(state, cfg.span_window.saturating_sub(1)) {
         match attempt(e) {
             Some(a) if same_by_keys(a.call, new.call) => {
-                let same = a
-                    .outcome
-                    .is_some_and(|p| p.exact == o.exact && p.text == o.text);
+                let same = a.outcome.is_some_and(|p| unmoved(p, o));
                 if work_since == 0 || !same {
                     break;
                 }
@@ -589,15 +594,17 @@ pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     if span.rewordings {
         return None;
     }
-    let cfg = &ctx.cfg.dead_ends;
     let o = attempt(ctx.entry)?.outcome?;
-    let verbatim: Vec<u64> = recent_work(ctx.state, cfg.span_window.saturating_sub(1))
+    let verbatim: Vec<u64> = span
+        .members
         .into_iter()
-        .filter_map(attempt)
-        .filter(|a| span.members.contains(&a.seq) && a.outcome.is_some_and(|p| p.text == o.text))
-        .map(|a| a.seq)
+        .filter(|&seq| {
+            (ctx.state.entry(seq).and_then(attempt))
+                .and_then(|a| a.outcome)
+                .is_some_and(|p| unmoved(p, o))
+        })
         .collect();
-    (verbatim.len() + 1 >= cfg.occurrences.max(2)).then_some(verbatim)
+    (verbatim.len() + 1 >= ctx.cfg.dead_ends.occurrences.max(2)).then_some(verbatim)
 }
 
 /// Different attempts ending in exactly the same dead end, one after another: ambiguous (three
