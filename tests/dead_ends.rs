@@ -565,3 +565,64 @@ async fn runs_back_to_back_are_not_unmoved_reruns() {
         "{vs:#?}"
     );
 }
+
+/// Like [`fix_and_rerun`], with a reading of the code and a search before each fix: the runs
+/// come five events apart, as they do when an agent investigates between them.
+fn investigate_fix_and_rerun(command: &str, outputs: [&str; 4]) -> Vec<loopguard::Envelope> {
+    let mut v = vec![bash(command, outputs[0], false)];
+    for (k, ((file, fix), output)) in FIXES.iter().zip(&outputs[1..]).enumerate() {
+        v.push(bash(
+            &format!("sed -n {},{}p {file}", 10 * k + 1, 10 * k + 40),
+            &format!("{fix}\n# (lines {} to {})", 10 * k + 1, 10 * k + 40),
+            false,
+        ));
+        v.push(bash(
+            &format!("grep -rn \"def \" {file}"),
+            &format!("{file}:{}: def helper_{k}(x):", 12 + k),
+            false,
+        ));
+        v.push(edit(file, "10:12", fix));
+        v.push(bash(command, output, false));
+    }
+    v
+}
+
+#[tokio::test]
+async fn the_very_same_failure_across_an_investigation_is_a_loop_but_not_when_it_moves() {
+    // Four runs of one script, 13 events from first to last — beyond the span rule's window:
+    // `rerun_window` looks further back for the very same error lines as written.
+    let vs = feed(
+        &engine(Config::default()),
+        investigate_fix_and_rerun("python reproduce.py", [TRACEBACK; 4]),
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(12), "{vs:#?}");
+    assert!(
+        vs[12].reason.contains("none of it reaching the failure"),
+        "{}",
+        vs[12].reason
+    );
+
+    // The window is what sees them: at the span rule's window the runs are too far apart.
+    let mut cfg = Config::default();
+    cfg.detect.dead_ends.rerun_window = cfg.detect.dead_ends.span_window;
+    let vs = feed(
+        &engine(cfg),
+        investigate_fix_and_rerun("python reproduce.py", [TRACEBACK; 4]),
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+
+    // The same investigation with the failure moving after each fix is progress.
+    let assertion = |got: u32| format!("E       AssertionError: assert {got} == 40");
+    let (a, b, c, d) = (assertion(31), assertion(35), assertion(38), assertion(39));
+    let vs = feed(
+        &engine(Config::default()),
+        investigate_fix_and_rerun(
+            "python -m pytest tests/test_fmt.py -q",
+            [a.as_str(), b.as_str(), c.as_str(), d.as_str()],
+        ),
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}

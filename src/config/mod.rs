@@ -276,11 +276,15 @@ pub struct DeadEnds {
     #[serde(default)]
     pub persistent_occurrences: usize,
     /// The very same call (a test or a script, unchanged) run this many times within
-    /// `span_window`, other work between every two runs, each run ending in exactly the same
+    /// `rerun_window`, other work between every two runs, each run ending in exactly the same
     /// error: the changes between never reached the failure. 0 = off; below `occurrences` it
     /// counts as `occurrences`.
     #[serde(default)]
     pub unmoved_reruns: usize,
+    /// Work events searched for those unchanged runs (the new one included). 0 uses
+    /// `span_window`.
+    #[serde(default)]
+    pub rerun_window: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -425,7 +425,7 @@ fn unmoved(p: &Outcome, o: &Outcome) -> bool {
     p.exact == o.exact && p.text == o.text
 }
 
-/// Earlier runs of the new call (by keys) within the span window ending in the very error lines
+/// Earlier runs of the new call (by keys) within the rerun window ending in the very error lines
 /// of the new one, newest first, counted only while other work separates every two of them (runs
 /// back to back are the exact-repeat detectors' case). The error lines are compared as written,
 /// numbers included: a test failing on the same assertion with other values, or a count of
@@ -433,7 +433,14 @@ fn unmoved(p: &Outcome, o: &Outcome) -> bool {
 fn unmoved_reruns(cfg: &DeadEnds, state: &TaskState, new: &Attempt<'_>, o: &Outcome) -> Vec<u64> {
     let mut runs = Vec::new();
     let mut work_since = 0usize;
-    for e in recent_work(state, cfg.span_window.saturating_sub(1)) {
+    // Looking further back than the span rule: a test re-run between fixes comes every few
+    // events, and error lines unchanged as written are evidence enough at that distance.
+    let reach = if cfg.rerun_window > 0 {
+        cfg.rerun_window
+    } else {
+        cfg.span_window
+    };
+    for e in recent_work(state, reach.saturating_sub(1)) {
         match attempt(e) {
             Some(a) if same_by_keys(a.call, new.call) => {
                 let same = a.outcome.is_some_and(|p| unmoved(p, o));
@@ -791,6 +798,40 @@ mod tests {
                 s.push(bash("pip install pytest", "Successfully installed pytest"));
             }
             assert!(s.detect(detect, bash(t, none)).is_none());
+        }
+    }
+
+    #[test]
+    fn unmoved_reruns_are_looked_for_within_the_rerun_window() {
+        // Four runs three work events apart span ten events: seen at a window of 10, not 9; a
+        // window of 0 is the span rule's.
+        let run = |s: &mut Scene| s.detect(detect, bash("python run.py", "KeyError: 'name'"));
+        for (rerun_window, span_window, fires) in [(10, 9, true), (9, 9, false), (0, 10, true)] {
+            let mut s = Scene::with(|c| {
+                c.detect.dead_ends.rerun_window = rerun_window;
+                c.detect.dead_ends.span_window = span_window;
+            });
+            assert!(run(&mut s).is_none());
+            // Different work each time: rewordings of one change between would be rule 2's.
+            let work = [
+                ("cat config.py", "name = None"),
+                ("grep -rn name src", "src/a.py: name = cfg.name"),
+                ("git diff", "+ name = cfg.get('name')"),
+                ("ls tests", "test_run.py"),
+                ("pip show pyyaml", "Version: 6.0"),
+                ("sed -n 1,20p run.py", "import cfg"),
+            ];
+            for k in 0..3 {
+                for (probe, output) in &work[2 * k..2 * k + 2] {
+                    s.push(bash(probe, output));
+                }
+                let f = run(&mut s);
+                if k == 2 {
+                    assert_eq!(f.is_some(), fires, "rerun_window {rerun_window}");
+                } else {
+                    assert!(f.is_none());
+                }
+            }
         }
     }
 
