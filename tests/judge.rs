@@ -420,3 +420,68 @@ async fn a_dead_end_that_moved_is_not_a_question_whatever_its_cosine() {
     assert!(vs[5].is_loop, "{:#?}", vs[5]);
     assert!(vs[5].reason.contains("grey band"), "{}", vs[5].reason);
 }
+
+/// A script run, then four different probes and a fix before each rerun: the runs come six
+/// events apart, further than the span rule's window.
+fn long_investigation(outputs: [&str; 3]) -> Vec<Value> {
+    let call = |tool: &str, command: &str, output: &str| {
+        json!({"type": "tool_call", "tool": tool, "args": {"command": command},
+               "result": {"output": output, "is_error": false}})
+    };
+    let probes = [
+        [
+            (
+                "cat src/fmt.py",
+                "def render(table): return sep.join(cells)",
+            ),
+            ("grep -rn render src", "src/fmt.py:88: def render(table):"),
+            ("git log -3 --oneline", "a1b2c3 format cells"),
+            ("ls tests", "test_fmt.py"),
+        ],
+        [
+            ("sed -n 1,40p src/table.py", "class Table: rows = []"),
+            ("pip show tabulate", "Name: tabulate"),
+            ("find . -name conftest.py", "./tests/conftest.py"),
+            ("git diff --stat", " src/fmt.py | 2 +-"),
+        ],
+    ];
+    let fixes = [
+        "edit src/fmt.py 88: return sep.join(str(c) for c in cells)",
+        "edit src/table.py 12: self.rows = [list(map(str, r)) for r in rows]",
+    ];
+    let mut v = vec![call("bash", "python reproduce.py", outputs[0])];
+    for ((probes, fix), output) in probes.iter().zip(fixes).zip(&outputs[1..]) {
+        for (command, out) in probes {
+            v.push(call("bash", command, out));
+        }
+        v.push(call("edit", fix, "File updated."));
+        v.push(call("bash", "python reproduce.py", output));
+    }
+    v
+}
+
+#[tokio::test]
+async fn the_very_same_failure_after_a_long_investigation_is_a_question_unless_it_moved() {
+    // The third run of an unchanged script ends in the very same traceback as the two before,
+    // twelve events back: whether the changes are going anywhere is the judge's to say.
+    let traceback = "Traceback (most recent call last):\n  File \"/repo/reproduce.py\", line 7, in <module>\nTypeError: sequence item 1: expected str instance, int found";
+    let (vs, asked) = judged(long_investigation([traceback; 3])).await;
+    assert_eq!(asked, 1, "{vs:#?}");
+    assert!(vs[12].is_loop, "{:#?}", vs[12]);
+    assert!(
+        vs[12]
+            .reason
+            .contains("the same step ended in the same error again"),
+        "{}",
+        vs[12].reason
+    );
+    // The failure moved with each fix (another item, then another type): no question.
+    let moved = [
+        traceback,
+        &traceback.replace("item 1", "item 2"),
+        &traceback.replace("int found", "float found"),
+    ];
+    let (vs, asked) = judged(long_investigation(moved)).await;
+    assert_eq!(asked, 0, "{vs:#?}");
+    assert!(vs.iter().all(|v| !v.is_loop), "{vs:#?}");
+}

@@ -597,13 +597,17 @@ fn span(ctx: &Ctx<'_>) -> Option<Span> {
 /// written, numbers included: a failure whose counts or values moved after a change was reached
 /// by it, which is not a question worth a judge's call.
 pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
-    let span = span(ctx)?;
-    if span.rewordings {
+    let cfg = &ctx.cfg.dead_ends;
+    let need = cfg.occurrences.max(2);
+    let new = attempt(ctx.entry)?;
+    let o = new.outcome?;
+    let span = span(ctx);
+    if span.as_ref().is_some_and(|s| s.rewordings) {
         return None;
     }
-    let o = attempt(ctx.entry)?.outcome?;
     let verbatim: Vec<u64> = span
-        .members
+        .map(|s| s.members)
+        .unwrap_or_default()
         .into_iter()
         .filter(|&seq| {
             (ctx.state.entry(seq).and_then(attempt))
@@ -611,7 +615,16 @@ pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
                 .is_some_and(|p| unmoved(p, o))
         })
         .collect();
-    (verbatim.len() + 1 >= ctx.cfg.dead_ends.occurrences.max(2)).then_some(verbatim)
+    if verbatim.len() + 1 >= need {
+        return Some(verbatim);
+    }
+    // The very same run, further back (rule 2c's window): below `unmoved_reruns` it is this
+    // question, at it a loop.
+    if cfg.unmoved_reruns == 0 {
+        return None;
+    }
+    let reruns = unmoved_reruns(cfg, ctx.state, &new, o);
+    (reruns.len() + 1 >= need).then_some(reruns)
 }
 
 /// Different attempts ending in exactly the same dead end, one after another: ambiguous (three
