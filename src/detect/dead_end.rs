@@ -595,7 +595,9 @@ fn span(ctx: &Ctx<'_>) -> Option<Span> {
 /// failure each time): ambiguous — superficial fixes going nowhere, or an investigation ruling
 /// options out? Returns the earlier runs, newest first. "The same way" is the error lines as
 /// written, numbers included: a failure whose counts or values moved after a change was reached
-/// by it, which is not a question worth a judge's call.
+/// by it, which is not a question worth a judge's call. The very same call failing that way
+/// with any other work between is found further back, within `rerun_window` (rule 2c's runs
+/// before they are enough for a loop).
 pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     let cfg = &ctx.cfg.dead_ends;
     let need = cfg.occurrences.max(2);
