@@ -485,3 +485,95 @@ async fn the_very_same_failure_after_a_long_investigation_is_a_question_unless_i
     assert_eq!(asked, 0, "{vs:#?}");
     assert!(vs.iter().all(|v| !v.is_loop), "{vs:#?}");
 }
+
+fn call(tool: &str, command: &str, output: &str) -> Value {
+    json!({"type": "tool_call", "tool": tool, "args": {"command": command},
+           "result": {"output": output, "is_error": false}})
+}
+
+/// An edit applied to the open file, which shows it with `duplicates` extra import lines.
+fn import_edit(duplicates: usize) -> Value {
+    let mut view = vec!["import datetime".to_string()];
+    view.extend((0..=duplicates).map(|_| "import pydantic".to_string()));
+    view.push("class DateTime(datetime.datetime):".into());
+    view.push("    def __repr__(self): return f'DateTime({self.year})'".into());
+    let numbered: String = view
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("{}:{l}\n", i + 1))
+        .collect();
+    call(
+        "edit",
+        "edit 1:2\nimport datetime\nimport pydantic\nend_of_edit",
+        &format!(
+            "[File: /repo/mock_pendulum.py ({} lines total)]\n{numbered}File updated. Please review the changes and make sure they are correct.",
+            view.len()
+        ),
+    )
+}
+
+#[tokio::test]
+async fn an_edit_applied_again_with_its_file_barely_changed_is_a_question() {
+    // The agent meant the edit for another file and applies it again and again to the open
+    // one: each time it goes through, the file one import longer. No repeat detector sees it
+    // (the outputs differ); whether it is a poll moving forward or the same step redone is the
+    // judge's to say, and this judge's answer makes it a loop.
+    let events = vec![
+        call(
+            "open",
+            "open mock_pendulum.py",
+            "[File: /repo/mock_pendulum.py (4 lines total)]",
+        ),
+        import_edit(1),
+        import_edit(2),
+    ];
+    let (vs, asked) = judged(events).await;
+    assert_eq!(asked, 1, "{vs:#?}");
+    assert!(!vs[1].is_loop && vs[2].is_loop, "{vs:#?}");
+    assert!(
+        vs[2].reason.contains("the same call as seq 2 again"),
+        "{}",
+        vs[2].reason
+    );
+
+    // The same command run again with an output that changed (a build log that moved on): new
+    // information, no question.
+    let events = vec![
+        call("bash", "tail -n 2 build.log", "Compiling serde v1.0.200\nCompiling tokio v1.38.0"),
+        call("bash", "tail -n 2 build.log", "Finished release [optimized] target(s) in 41.2s\nRunning `target/release/app --port 8080`"),
+    ];
+    let (vs, asked) = judged(events).await;
+    assert_eq!(asked, 0, "{vs:#?}");
+    assert!(vs.iter().all(|v| !v.is_loop), "{vs:#?}");
+}
+
+#[tokio::test]
+async fn a_third_launch_timing_out_is_a_question_not_two() {
+    // A blocking server relaunched in one wrapper after another, each timing out.
+    let out = "\nEXECUTION TIMED OUT\n(Open file: /repo/reproduce.py)\n(Current directory: /repo)";
+    let mut events = vec![
+        call("bash", "python reproduce.py", out),
+        call("bash", "python reproduce.py &", out),
+        call(
+            "create",
+            "create mini_server.py",
+            "[File: /repo/mini_server.py (1 lines total)]",
+        ),
+        call(
+            "edit",
+            "edit 1:1\nimport cherrypy\ncherrypy.quickstart(App())\nend_of_edit",
+            "[File: /repo/mini_server.py (2 lines total)]\nFile updated.",
+        ),
+    ];
+    let (vs, asked) = judged(events.clone()).await;
+    assert_eq!(asked, 0, "{vs:#?}");
+    events.push(call("bash", "python mini_server.py", out));
+    let (vs, asked) = judged(events).await;
+    assert_eq!(asked, 1, "{vs:#?}");
+    assert!(vs[4].is_loop, "{:#?}", vs[4]);
+    assert!(
+        vs[4].reason.contains("3 calls timed out"),
+        "{}",
+        vs[4].reason
+    );
+}

@@ -181,6 +181,13 @@ impl Config {
                 format!("must be in 0..1, got {}", s.grey_band),
             );
         }
+        let overlap = self.judge.redone_result_overlap;
+        if !(0.0..=1.0).contains(&overlap) {
+            return bad(
+                "judge.redone_result_overlap",
+                format!("must be in 0..1 (0 = never ask), got {overlap}"),
+            );
+        }
         let c = &self.detect.cycles;
         if c.min_period < 2 || c.max_period < c.min_period {
             return bad(

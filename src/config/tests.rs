@@ -175,3 +175,24 @@ fn dead_ends_turned_off_by_a_high_threshold_still_load() {
     let off = Config::from_toml_str("[detect.dead_ends]\nunmoved_reruns = 0\n").unwrap();
     assert_eq!(off.detect.dead_ends.unmoved_reruns, 0);
 }
+
+#[test]
+fn the_judge_questions_about_redone_calls_and_timeouts_have_measured_defaults() {
+    let c = Config::default();
+    assert_eq!(c.judge.redone_result_overlap, 0.9);
+    assert_eq!(c.judge.ask_after_timeouts, 3);
+    let err = Config::from_toml_str("[judge]\nredone_result_overlap = 1.5\n").unwrap_err();
+    assert!(
+        err.to_string().contains("judge.redone_result_overlap"),
+        "{err}"
+    );
+    let off = Config::from_toml_str("[judge]\nredone_result_overlap = 0\nask_after_timeouts = 0\n")
+        .unwrap();
+    assert_eq!(
+        (
+            off.judge.redone_result_overlap,
+            off.judge.ask_after_timeouts
+        ),
+        (0.0, 0)
+    );
+}

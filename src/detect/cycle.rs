@@ -114,6 +114,95 @@ fn replay(ctx: &Ctx<'_>, work: &[&Entry]) -> Option<Finding> {
     None
 }
 
+/// How much of two texts is the same material: the Dice overlap of their characters as
+/// multisets (difflib's `quick_ratio`). Crude on unrelated texts, but here it only compares two
+/// outputs of the very same call, where the question is whether the output barely moved (one
+/// line more in a file view, a counter) or changed.
+pub fn overlap(a: &str, b: &str) -> f32 {
+    let total = a.chars().count() + b.chars().count();
+    if total == 0 {
+        return 1.0;
+    }
+    let mut counts = std::collections::HashMap::<char, i32>::new();
+    for c in a.chars() {
+        *counts.entry(c).or_default() += 1;
+    }
+    let mut common = 0usize;
+    for c in b.chars() {
+        if let Some(n) = counts.get_mut(&c).filter(|n| **n > 0) {
+            *n -= 1;
+            common += 1;
+        }
+    }
+    (2 * common) as f32 / total as f32
+}
+
+/// The very same calls as just before, redone — the last `p` tool calls equal (tool and
+/// arguments) to the `p` before them, for `p` up to `max_period` — with outputs that changed but
+/// barely (each pair at least `min_overlap` alike, [`overlap`]). An edit applied again after it
+/// went through (its file growing a line each time) looks like this; so does a poll whose output
+/// moves a little. The rules cannot tell them apart (identical outputs are the repeat
+/// detectors' case; outputs that changed a lot are new information), a reader can: a question
+/// for the judge. Returns the period and the earlier calls of the block redone, oldest first.
+pub fn redone(ctx: &Ctx<'_>, max_period: usize, min_overlap: f32) -> Option<(usize, Vec<u64>)> {
+    if min_overlap <= 0.0 {
+        return None;
+    }
+    fn call(e: &Entry) -> Option<(u64, &crate::state::TextSig)> {
+        match &e.body {
+            EntryBody::ToolCall {
+                call,
+                result: Some(r),
+                passive: false,
+                ..
+            } => Some((call.exact, &r.sig)),
+            _ => None,
+        }
+    }
+    call(ctx.entry)?;
+    let mut work: Vec<&Entry> = ctx
+        .state
+        .window
+        .iter()
+        .filter(|e| e.is_work() && !e.is_passive())
+        .collect();
+    work.push(ctx.entry);
+    let n = work.len();
+    'period: for p in 1..=max_period {
+        if n < 2 * p {
+            break;
+        }
+        let mut moved = false;
+        for j in 0..p {
+            let (Some((ca, ra)), Some((cb, rb))) =
+                (call(work[n - 1 - j]), call(work[n - 1 - j - p]))
+            else {
+                continue 'period;
+            };
+            if ca != cb {
+                continue 'period;
+            }
+            if ra.exact != rb.exact {
+                if overlap(&ra.text, &rb.text) < min_overlap {
+                    continue 'period;
+                }
+                moved = true;
+            }
+        }
+        // A block of one call repeated is period 1's case, counted there.
+        let block = &work[n - p..];
+        let distinct = block.iter().enumerate().all(|(i, e)| {
+            !block[..i]
+                .iter()
+                .any(|o| call(o).map(|c| c.0) == call(e).map(|c| c.0))
+        });
+        if moved && distinct {
+            return Some((p, work[n - 2 * p..n - p].iter().map(|e| e.seq).collect()));
+        }
+    }
+    None
+}
+
 /// A step that ended in an error or found nothing: replaying it to the same end walks back into
 /// a dead end.
 fn dead_end(e: &Entry) -> bool {
@@ -128,7 +217,7 @@ fn dead_end(e: &Entry) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::detect;
+    use super::{detect, overlap, redone};
     use crate::detect::testkit::{bash, Scene};
     use crate::verdict::LoopKind;
 
@@ -166,5 +255,73 @@ mod tests {
         for _ in 0..6 {
             assert!(s.detect(detect, bash("ls", "a b c")).is_none());
         }
+    }
+
+    /// An edit applied again after it went through: the file view one line longer each time.
+    fn applied(lines: usize) -> serde_json::Value {
+        let view: String = (1..=lines)
+            .map(|i| format!("{i}:import pydantic\n"))
+            .collect();
+        bash(
+            "edit 1:2 import datetime",
+            &format!("[File: /r/mock.py ({lines} lines total)]\n{view}class DateTime(datetime.datetime):\n    def __repr__(self): return 'DateTime'\nFile updated. Please review the changes."),
+        )
+    }
+
+    #[test]
+    fn the_same_call_redone_with_an_output_that_barely_moved_is_for_the_judge() {
+        let mut s = Scene::new();
+        s.push(bash("open mock.py", "[File: /r/mock.py (8 lines total)]"));
+        s.push(applied(11));
+        let p = s.probe(applied(12));
+        let ctx = s.ctx(&p);
+        assert!(detect(&ctx).is_none());
+        assert_eq!(redone(&ctx, 5, 0.9), Some((1, vec![2])));
+        assert_eq!(redone(&ctx, 5, 0.0), None);
+
+        // Identical outputs are the repeat detectors' case; an output that changed a lot is new.
+        let mut s = Scene::new();
+        s.push(applied(11));
+        let p = s.probe(applied(11));
+        assert_eq!(redone(&s.ctx(&p), 5, 0.9), None);
+        let mut s = Scene::new();
+        s.push(bash("git log -1", "commit 1a2b fix parser"));
+        let p = s.probe(bash(
+            "git log -1",
+            "commit 9f8e Merge branch 'release' into main, renaming the CLI flags",
+        ));
+        assert_eq!(redone(&s.ctx(&p), 5, 0.9), None);
+        // Another call between: not redone.
+        let mut s = Scene::new();
+        s.push(applied(11));
+        s.push(bash("python reproduce.py", "ok"));
+        let p = s.probe(applied(12));
+        assert_eq!(redone(&s.ctx(&p), 5, 0.9), None);
+    }
+
+    #[test]
+    fn a_block_of_calls_redone_is_found_with_its_period() {
+        let mut s = Scene::new();
+        s.push(applied(11));
+        s.push(bash(
+            "python reproduce.py",
+            "NameError: name 'pendulum' is not defined",
+        ));
+        s.push(applied(12));
+        let p = s.probe(bash(
+            "python reproduce.py",
+            "NameError: name 'pendulum' is not defined",
+        ));
+        assert_eq!(redone(&s.ctx(&p), 5, 0.9), Some((2, vec![1, 2])));
+        // Up to the longest period asked about only.
+        assert_eq!(redone(&s.ctx(&p), 1, 0.9), None);
+    }
+
+    #[test]
+    fn overlap_is_the_share_of_characters_in_common() {
+        assert_eq!(overlap("", ""), 1.0);
+        assert_eq!(overlap("abcd", "dcba"), 1.0);
+        assert_eq!(overlap("ab", "cd"), 0.0);
+        assert!((overlap("abcd", "abce") - 0.75).abs() < 1e-6);
     }
 }

@@ -30,7 +30,7 @@
 use super::{Ctx, Finding};
 use crate::config::DeadEnds;
 use crate::embed::cosine;
-use crate::signature::{key64, Outcome};
+use crate::signature::{classify, key64, ErrorType, Outcome};
 use crate::state::{Entry, EntryBody, TaskState, TextSig};
 use crate::verdict::LoopKind;
 
@@ -629,6 +629,30 @@ pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     (reruns.len() + 1 >= need).then_some(reruns)
 }
 
+/// Calls that timed out, `n` of them within the span window with anything between: ambiguous —
+/// the agent relaunching something that blocks (a server, a prompt waiting for input) in one
+/// wrapper after another, or narrowing the cause down? A call that timed out brought nothing
+/// back to learn from, so unlike other dead ends the work between does not make the next one
+/// new; a reader of the attempts can tell. Returns the earlier calls that timed out, newest
+/// first.
+pub fn timeouts(ctx: &Ctx<'_>, n: usize) -> Option<Vec<u64>> {
+    let timed_out = |a: &Attempt<'_>| {
+        a.outcome
+            .is_some_and(|o| classify(&o.text, None) == ErrorType::Timeout)
+    };
+    let new = attempt(ctx.entry)?;
+    if n == 0 || !timed_out(&new) {
+        return None;
+    }
+    let seqs: Vec<u64> = recent_work(ctx.state, ctx.cfg.dead_ends.span_window.saturating_sub(1))
+        .into_iter()
+        .filter_map(attempt)
+        .filter(timed_out)
+        .map(|a| a.seq)
+        .collect();
+    (seqs.len() + 1 >= n).then_some(seqs)
+}
+
 /// Different attempts ending in exactly the same dead end, one after another: ambiguous (three
 /// ways to run the tests, all "No module named pytest" — stuck, or ruling options out?). Returns
 /// the earlier attempts' seqs, newest first, for the judge's question.
@@ -649,7 +673,7 @@ pub fn different_attempts(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{detect, different_attempts, different_changes};
+    use super::{detect, different_attempts, different_changes, timeouts};
     use crate::detect::testkit::{bash, Scene};
     use crate::verdict::LoopKind;
     use serde_json::json;
@@ -1009,5 +1033,39 @@ mod tests {
         let ctx = s.ctx(&p);
         assert!(detect(&ctx).is_none());
         assert_eq!(different_attempts(&ctx), Some(vec![2, 1]));
+    }
+
+    #[test]
+    fn calls_timing_out_again_and_again_are_for_the_judge_whatever_is_between() {
+        let out = "\nEXECUTION TIMED OUT\n(Current directory: /repo)";
+        let mut s = Scene::new();
+        s.push(bash("python server.py", out));
+        s.push(bash("python server.py &", out));
+        s.push(bash("cat > mini.py << EOF\nimport app; app.run()\nEOF", ""));
+        let p = s.probe(bash("python mini.py", out));
+        let ctx = s.ctx(&p);
+        assert!(detect(&ctx).is_none());
+        assert_eq!(different_attempts(&ctx), None);
+        assert_eq!(timeouts(&ctx, 3), Some(vec![2, 1]));
+        assert_eq!(timeouts(&ctx, 0), None);
+        assert_eq!(timeouts(&ctx, 4), None);
+
+        // Other dead ends scattered with work between are not this question, nor is a timeout
+        // further back than the span window.
+        let mut s = Scene::new();
+        let none = "ModuleNotFoundError: No module named 'yaml'";
+        s.push(bash("python a.py", none));
+        s.push(bash("ls", "a.py b.py"));
+        s.push(bash("python b.py", none));
+        let p = s.probe(bash("python c.py", none));
+        assert_eq!(timeouts(&s.ctx(&p), 3), None);
+        let mut s = Scene::new();
+        s.push(bash("python server.py", out));
+        s.push(bash("python server.py &", out));
+        for i in 0..s.cfg.detect.dead_ends.span_window {
+            s.push(bash(&format!("sed -n {i}p app.py"), "x = 1"));
+        }
+        let p = s.probe(bash("python mini.py", out));
+        assert_eq!(timeouts(&s.ctx(&p), 3), None);
     }
 }

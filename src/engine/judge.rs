@@ -234,6 +234,62 @@ pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Q
             });
         }
     }
+    if let Some((p, earlier)) = detect::cycle::redone(
+        ctx,
+        cfg.detect.cycles.max_period,
+        cfg.judge.redone_result_overlap,
+    ) {
+        if ctx.state.progress_since(earlier[0]).is_none() {
+            let seqs = earlier
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            let (what, kind) = if p == 1 {
+                (
+                    format!("the same call as seq {seqs}"),
+                    LoopKind::SemanticRepeat,
+                )
+            } else {
+                (
+                    format!("the same {p} calls as seqs {seqs}"),
+                    LoopKind::Cycle,
+                )
+            };
+            return Some(Question {
+                text: format!(
+                    "{what} again, and the output changed only a little: a poll moving forward, or the same step redone for nothing?"
+                ),
+                candidate: None,
+                kind,
+                matched: earlier.first().copied(),
+            });
+        }
+    }
+    if let Some(earlier) = detect::dead_end::timeouts(ctx, cfg.judge.ask_after_timeouts) {
+        if ctx
+            .state
+            .progress_since(earlier[earlier.len() - 1])
+            .is_none()
+        {
+            return Some(Question {
+                text: format!(
+                    "{} calls timed out within the last {} actions (seqs {}, now): is the agent relaunching something that blocks, or narrowing the cause down?",
+                    earlier.len() + 1,
+                    cfg.detect.dead_ends.span_window,
+                    earlier
+                        .iter()
+                        .rev()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                candidate: None,
+                kind: LoopKind::SameError,
+                matched: earlier.last().copied(),
+            });
+        }
+    }
     let n = cfg.judge.ask_after_failures;
     if n > 0
         && matches!(ctx.entry.body, EntryBody::Failure { .. })
