@@ -517,8 +517,8 @@ pub struct JudgeConfig {
     pub fallback: Fallback,
     pub ask_after_failures: u32,
     /// Ask about the very same calls as just before (up to `detect.cycles.max_period` of them)
-    /// whose outputs changed but barely: each pair of outputs at least this alike (character
-    /// overlap, [`crate::detect::cycle::overlap`]). 0 = never.
+    /// whose outputs changed but barely: each pair of outputs at least this alike (words in
+    /// common, digits masked: [`crate::detect::cycle::overlap`]). 0 = never.
     #[serde(default)]
     pub redone_result_overlap: f32,
     /// Ask about a call that timed out when this many calls timed out within

@@ -114,25 +114,40 @@ fn replay(ctx: &Ctx<'_>, work: &[&Entry]) -> Option<Finding> {
     None
 }
 
-/// How much of two texts is the same material: the Dice overlap of their characters as
-/// multisets (difflib's `quick_ratio`). Crude on unrelated texts, but here it only compares two
-/// outputs of the very same call, where the question is whether the output barely moved (one
-/// line more in a file view, a counter) or changed.
+/// How much of two outputs is the same material: the Dice overlap of their words as multisets,
+/// digits masked (a file view shown one line longer has every line renumbered). Two pages of
+/// one file share a language, not their words; an edit applied twice to one file shows the
+/// same lines again, shifted.
 pub fn overlap(a: &str, b: &str) -> f32 {
-    let total = a.chars().count() + b.chars().count();
-    if total == 0 {
-        return 1.0;
+    fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+        text.split_whitespace().map(|w| {
+            let mut masked = String::with_capacity(w.len());
+            for c in w.chars() {
+                if !c.is_ascii_digit() {
+                    masked.push(c);
+                } else if !masked.ends_with('#') {
+                    masked.push('#');
+                }
+            }
+            masked
+        })
     }
-    let mut counts = std::collections::HashMap::<char, i32>::new();
-    for c in a.chars() {
-        *counts.entry(c).or_default() += 1;
+    let mut counts = std::collections::HashMap::<String, i32>::new();
+    let mut total = 0usize;
+    for w in words(a) {
+        *counts.entry(w).or_default() += 1;
+        total += 1;
     }
     let mut common = 0usize;
-    for c in b.chars() {
-        if let Some(n) = counts.get_mut(&c).filter(|n| **n > 0) {
+    for w in words(b) {
+        total += 1;
+        if let Some(n) = counts.get_mut(&w).filter(|n| **n > 0) {
             *n -= 1;
             common += 1;
         }
+    }
+    if total == 0 {
+        return 1.0;
     }
     (2 * common) as f32 / total as f32
 }
@@ -291,6 +306,17 @@ mod tests {
             "commit 9f8e Merge branch 'release' into main, renaming the CLI flags",
         ));
         assert_eq!(redone(&s.ctx(&p), 5, 0.9), None);
+        // Paging through a file: the same call, another page of the same code each time.
+        let mut s = Scene::new();
+        s.push(bash(
+            "scroll_down",
+            "[File: /r/plot_options.py (452 lines total)] (98 more lines above) 99: self.lneFigureTitle.setText(value) 100: 101: @property 102: def x_label(self): 103: return self.lneXAxisLabel.text()",
+        ));
+        let p = s.probe(bash(
+            "scroll_down",
+            "[File: /r/plot_options.py (452 lines total)] (196 more lines above) 197: 198: self.chkXLog.stateChanged.connect(self.xLogEdited) 199: self.chkYLog.stateChanged.connect(self.yLogEdited) 200: def set_line_options(self, line_options):",
+        ));
+        assert_eq!(redone(&s.ctx(&p), 5, 0.9), None);
         // Another call between: not redone.
         let mut s = Scene::new();
         s.push(applied(11));
@@ -318,10 +344,36 @@ mod tests {
     }
 
     #[test]
-    fn overlap_is_the_share_of_characters_in_common() {
+    fn overlap_is_the_share_of_words_in_common_whatever_their_numbers() {
         assert_eq!(overlap("", ""), 1.0);
-        assert_eq!(overlap("abcd", "dcba"), 1.0);
-        assert_eq!(overlap("ab", "cd"), 0.0);
-        assert!((overlap("abcd", "abce") - 0.75).abs() < 1e-6);
+        assert_eq!(overlap("4:import pydantic", "5:import pydantic"), 1.0);
+        assert_eq!(overlap("a b", "c d"), 0.0);
+        assert!((overlap("a b c d", "a b c e") - 0.75).abs() < 1e-6);
+        // Two pages of one file: the same language, other words.
+        let page = |from: usize, lines: [&str; 3]| {
+            lines
+                .iter()
+                .enumerate()
+                .map(|(i, l)| format!("{}:{l}", from + i))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let one = page(
+            99,
+            [
+                "self.title.setText(value)",
+                "def x_label(self):",
+                "return self.x.text()",
+            ],
+        );
+        let two = page(
+            197,
+            [
+                "self.chk.stateChanged.connect(self.edited)",
+                "def set_options(self, options):",
+                "for option in options:",
+            ],
+        );
+        assert!(overlap(&one, &two) < 0.5, "{}", overlap(&one, &two));
     }
 }
