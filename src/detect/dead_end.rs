@@ -1049,6 +1049,10 @@ mod tests {
         assert_eq!(timeouts(&ctx, 3), Some(vec![2, 1]));
         assert_eq!(timeouts(&ctx, 0), None);
         assert_eq!(timeouts(&ctx, 4), None);
+        // Asking about every timeout: nothing earlier needed.
+        let mut s = Scene::new();
+        let p = s.probe(bash("python server.py", out));
+        assert_eq!(timeouts(&s.ctx(&p), 1), Some(vec![]));
 
         // Other dead ends scattered with work between are not this question, nor is a timeout
         // further back than the span window.

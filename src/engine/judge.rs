@@ -135,6 +135,27 @@ fn same_dead_end(ctx: &Ctx<'_>, r: &crate::state::ResultSig, candidate: u64) -> 
     }
 }
 
+/// A question about a dead end reached again, `earlier` its earlier events newest first: asked
+/// only when no progress signal came since the first of them (with none, as when a setting asks
+/// about the first timeout, it is asked).
+fn dead_end_question(ctx: &Ctx<'_>, earlier: &[u64], text: String) -> Option<Question> {
+    let oldest = earlier.last().copied().unwrap_or(u64::MAX);
+    ctx.state
+        .progress_since(oldest)
+        .is_none()
+        .then(|| Question {
+            text,
+            candidate: None,
+            kind: LoopKind::SameError,
+            matched: earlier.first().copied(),
+        })
+}
+
+/// Seqs for a question's text: "3, 5, 8".
+fn seq_list<'a>(seqs: impl Iterator<Item = &'a u64>) -> String {
+    seqs.map(u64::to_string).collect::<Vec<_>>().join(", ")
+}
+
 /// Is this a case the cheap signals cannot decide? Returns the question and the near miss.
 pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Question> {
     // External failures are not the agent's doing: nothing to judge.
@@ -181,57 +202,32 @@ pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Q
     // Different attempts, the same dead end: ruling options out, or stuck? A judge reading
     // the attempts can tell; the rules cannot.
     if let Some(earlier) = detect::dead_end::different_attempts(ctx) {
-        if ctx
-            .state
-            .progress_since(earlier[earlier.len() - 1])
-            .is_none()
-        {
-            let outcome = match &ctx.entry.body {
-                EntryBody::ToolCall {
-                    result: Some(r), ..
-                } => r
-                    .outcome
-                    .as_ref()
-                    .map(|o| o.text.clone())
-                    .unwrap_or_default(),
-                _ => String::new(),
-            };
-            return Some(Question {
-                text: format!(
-                    "{} different attempts in a row (this one and seqs {}) ended in the same error ({outcome}): is the agent ruling options out, or stuck?",
-                    earlier.len() + 1,
-                    earlier
-                        .iter()
-                        .map(u64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                candidate: None,
-                kind: LoopKind::SameError,
-                matched: earlier.first().copied(),
-            });
+        let outcome = match &ctx.entry.body {
+            EntryBody::ToolCall {
+                result: Some(r), ..
+            } => r
+                .outcome
+                .as_ref()
+                .map(|o| o.text.clone())
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        let text = format!(
+            "{} different attempts in a row (this one and seqs {}) ended in the same error ({outcome}): is the agent ruling options out, or stuck?",
+            earlier.len() + 1,
+            seq_list(earlier.iter())
+        );
+        if let Some(q) = dead_end_question(ctx, &earlier, text) {
+            return Some(q);
         }
     }
     if let Some(earlier) = detect::dead_end::different_changes(ctx) {
-        if ctx
-            .state
-            .progress_since(earlier[earlier.len() - 1])
-            .is_none()
-        {
-            return Some(Question {
-                text: format!(
-                    "the same step ended in the same error again (seqs {}, now), with different changes between: are the changes going anywhere?",
-                    earlier
-                        .iter()
-                        .rev()
-                        .map(u64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                candidate: None,
-                kind: LoopKind::SameError,
-                matched: earlier.first().copied(),
-            });
+        let text = format!(
+            "the same step ended in the same error again (seqs {}, now), with different changes between: are the changes going anywhere?",
+            seq_list(earlier.iter().rev())
+        );
+        if let Some(q) = dead_end_question(ctx, &earlier, text) {
+            return Some(q);
         }
     }
     if let Some((p, earlier)) = detect::cycle::redone(
@@ -240,11 +236,7 @@ pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Q
         cfg.judge.redone_result_overlap,
     ) {
         if ctx.state.progress_since(earlier[0]).is_none() {
-            let seqs = earlier
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
+            let seqs = seq_list(earlier.iter());
             let (what, kind) = if p == 1 {
                 (
                     format!("the same call as seq {seqs}"),
@@ -267,27 +259,14 @@ pub(crate) fn ambiguous(cfg: &Config, ctx: &Ctx<'_>, external: bool) -> Option<Q
         }
     }
     if let Some(earlier) = detect::dead_end::timeouts(ctx, cfg.judge.ask_after_timeouts) {
-        if ctx
-            .state
-            .progress_since(earlier[earlier.len() - 1])
-            .is_none()
-        {
-            return Some(Question {
-                text: format!(
-                    "{} calls timed out within the last {} actions (seqs {}, now): is the agent relaunching something that blocks, or narrowing the cause down?",
-                    earlier.len() + 1,
-                    cfg.detect.dead_ends.span_window,
-                    earlier
-                        .iter()
-                        .rev()
-                        .map(u64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                candidate: None,
-                kind: LoopKind::SameError,
-                matched: earlier.last().copied(),
-            });
+        let text = format!(
+            "{} calls timed out within the last {} actions (seqs {}, now): is the agent relaunching something that blocks, or narrowing the cause down?",
+            earlier.len() + 1,
+            cfg.detect.dead_ends.span_window,
+            seq_list(earlier.iter().rev())
+        );
+        if let Some(q) = dead_end_question(ctx, &earlier, text) {
+            return Some(q);
         }
     }
     let n = cfg.judge.ask_after_failures;
