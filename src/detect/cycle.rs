@@ -120,17 +120,7 @@ fn replay(ctx: &Ctx<'_>, work: &[&Entry]) -> Option<Finding> {
 /// same lines again, shifted.
 pub fn overlap(a: &str, b: &str) -> f32 {
     fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-        text.split_whitespace().map(|w| {
-            let mut masked = String::with_capacity(w.len());
-            for c in w.chars() {
-                if !c.is_ascii_digit() {
-                    masked.push(c);
-                } else if !masked.ends_with('#') {
-                    masked.push('#');
-                }
-            }
-            masked
-        })
+        text.split_whitespace().map(crate::signature::digits_masked)
     }
     let mut counts = std::collections::HashMap::<String, i32>::new();
     let mut total = 0usize;
@@ -175,12 +165,16 @@ pub fn redone(ctx: &Ctx<'_>, max_period: usize, min_overlap: f32) -> Option<(usi
         }
     }
     call(ctx.entry)?;
+    // Asked about every event without a finding: only the newest blocks are looked at.
     let mut work: Vec<&Entry> = ctx
         .state
         .window
         .iter()
+        .rev()
         .filter(|e| e.is_work() && !e.is_passive())
+        .take((2 * max_period).saturating_sub(1))
         .collect();
+    work.reverse();
     work.push(ctx.entry);
     let n = work.len();
     'period: for p in 1..=max_period {

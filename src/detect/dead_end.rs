@@ -30,7 +30,7 @@
 use super::{Ctx, Finding};
 use crate::config::DeadEnds;
 use crate::embed::cosine;
-use crate::signature::{classify, key64, ErrorType, Outcome};
+use crate::signature::{classify, digits_masked, key64, ErrorType, Outcome};
 use crate::state::{Entry, EntryBody, TaskState, TextSig};
 use crate::verdict::LoopKind;
 
@@ -62,20 +62,7 @@ fn attempt(e: &Entry) -> Option<Attempt<'_>> {
 /// The call's prepared text with every digit run masked: an edit re-sent at another line range
 /// has the same key.
 fn digitless_key(text: &str) -> u64 {
-    let mut out = String::with_capacity(text.len());
-    let mut in_digits = false;
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            if !in_digits {
-                out.push('#');
-            }
-            in_digits = true;
-        } else {
-            out.push(c);
-            in_digits = false;
-        }
-    }
-    key64(&out)
+    key64(&digits_masked(text))
 }
 
 fn same_by_keys(a: &TextSig, b: &TextSig) -> bool {

@@ -6,6 +6,25 @@ use sha2::{Digest, Sha256};
 use std::sync::LazyLock;
 
 /// SHA-256 of a text, hex encoded.
+/// The text with every run of digits masked as one `#`: the same text at another line range,
+/// line number or count.
+pub fn digits_masked(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_digits = false;
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('#');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
+}
+
 pub fn sha256_hex(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
