@@ -34,6 +34,9 @@ pub enum AuditEvent {
         loop_count: u32,
         counted: bool,
         reason: String,
+        /// The rule of the detection table that found it (`dead_end.same_attempt`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
     },
     PivotIssued {
         pivot_count: u32,
@@ -76,7 +79,9 @@ impl AuditEvent {
 /// Counters for audit events, implemented by whoever exports metrics (the service: Prometheus).
 /// Each method is called once per record by [`emit`], after the record is durable.
 pub trait AuditMetrics: Send + Sync {
-    fn loop_detected(&self, kind: LoopKind, counted: bool);
+    /// `rule`: the id of the rule that found it, empty when none did (records written before
+    /// rules had ids).
+    fn loop_detected(&self, kind: LoopKind, counted: bool, rule: &str);
     fn pivot_issued(&self);
     fn gate_triggered(&self);
     fn counter_reset(&self, reason: &str);
@@ -95,19 +100,22 @@ pub fn emit(records: &[AuditRecord], metrics: Option<&dyn AuditMetrics>) {
                 loop_count,
                 counted,
                 reason,
+                rule,
             } => {
+                let rule = rule.as_deref().unwrap_or("");
                 tracing::info!(
                     event = "loop_detected",
                     task_id = %r.task_id,
                     agent_id,
                     seq = r.seq,
                     kind = kind.as_str(),
+                    rule,
                     loop_count,
                     counted,
                     reason = %reason,
                 );
                 if let Some(m) = metrics {
-                    m.loop_detected(*kind, *counted);
+                    m.loop_detected(*kind, *counted, rule);
                 }
             }
             AuditEvent::PivotIssued {
@@ -195,11 +203,11 @@ mod tests {
     struct Seen(Mutex<Vec<String>>);
 
     impl AuditMetrics for Seen {
-        fn loop_detected(&self, kind: LoopKind, counted: bool) {
+        fn loop_detected(&self, kind: LoopKind, counted: bool, rule: &str) {
             self.0
                 .lock()
                 .unwrap()
-                .push(format!("loop {kind} {counted}"));
+                .push(format!("loop {kind} {counted} {rule}"));
         }
         fn pivot_issued(&self) {
             self.0.lock().unwrap().push("pivot".into());
@@ -232,6 +240,7 @@ mod tests {
                 loop_count: 1,
                 counted: true,
                 reason: "r".into(),
+                rule: Some("cycle.period".into()),
             }),
             record(AuditEvent::PivotIssued {
                 pivot_count: 1,
@@ -253,7 +262,7 @@ mod tests {
         emit(&records, None);
         assert_eq!(
             *seen.0.lock().unwrap(),
-            ["loop cycle true", "pivot", "gate", "reset success"]
+            ["loop cycle true cycle.period", "pivot", "gate", "reset success"]
         );
     }
 

@@ -43,6 +43,9 @@ pub mod state;
 pub mod store;
 pub mod verdict;
 
+/// The detection rules and judge questions, in priority order (`loopguard rules`).
+pub use detect::rules;
+
 pub use config::Config;
 pub use embed::Embedder;
 pub use engine::Engine;

@@ -37,6 +37,9 @@ pub struct RunScore {
     pub max_loop_count: u32,
     /// Loop kinds seen, in order of first appearance.
     pub kinds: Vec<LoopKind>,
+    /// The rules that found them (`loopguard rules`), in order of first appearance.
+    #[serde(default)]
+    pub rules: Vec<String>,
     pub verdicts: Vec<Verdict>,
 }
 
@@ -140,9 +143,13 @@ pub async fn score_run_judged(
 pub fn summarize(id: String, verdicts: Vec<Verdict>) -> RunScore {
     let first_loop_index = verdicts.iter().position(|v| v.is_loop);
     let mut kinds = Vec::new();
+    let mut rules: Vec<String> = Vec::new();
     for v in verdicts.iter().filter(|v| v.is_loop) {
         if !kinds.contains(&v.kind) {
             kinds.push(v.kind);
+        }
+        if let Some(r) = v.rule.as_ref().filter(|r| !rules.contains(r)) {
+            rules.push(r.clone());
         }
     }
     RunScore {
@@ -151,6 +158,7 @@ pub fn summarize(id: String, verdicts: Vec<Verdict>) -> RunScore {
         first_loop_index,
         max_loop_count: verdicts.iter().map(|v| v.loop_count).max().unwrap_or(0),
         kinds,
+        rules,
         verdicts,
     }
 }

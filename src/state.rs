@@ -6,7 +6,7 @@
 
 use crate::audit::AuditEvent;
 use crate::embed::Vector;
-use crate::signature::{ErrorType, TestMetrics};
+use crate::signature::{AmbientLines, ErrorType, TestMetrics};
 use crate::verdict::{LoopKind, TaskStatus};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -106,6 +106,11 @@ pub struct ResultSig {
     /// the tool found apart from what it was asked. 0 when the output repeats none of them.
     #[serde(default)]
     pub echo: u64,
+    /// A "nothing found" (negative, not failed): what it says apart from what it was asked
+    /// ([`crate::signature::residue`]), to tell the same empty answer from one that suggests
+    /// something new.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residue: Option<String>,
 }
 
 /// The event-specific part of a window entry.
@@ -320,6 +325,9 @@ pub struct VerdictSummary {
     pub similarity: Option<f32>,
     #[serde(default)]
     pub reason: String,
+    /// The detection rule behind the verdict, when one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// Everything the engine remembers about one root task.
@@ -369,6 +377,9 @@ pub struct TaskState {
     /// apart from its root): the tail each one is checked on.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub streams: BTreeMap<String, StreamTail>,
+    /// Error lines the agent's environment prints whatever the call does: not a call's outcome.
+    #[serde(default, skip_serializing_if = "AmbientLines::is_empty")]
+    pub ambient: AmbientLines,
     pub created_ts: i64,
     pub updated_ts: i64,
 }
@@ -428,6 +439,7 @@ impl TaskState {
             goal: None,
             judge_calls: 0,
             streams: BTreeMap::new(),
+            ambient: AmbientLines::default(),
             created_ts: now,
             updated_ts: now,
         }

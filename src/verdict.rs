@@ -1,6 +1,5 @@
 //! Verdicts out: the brief's output contract.
 
-use crate::judge::{JudgeStatus, JudgeVerdict};
 use crate::signature::ErrorType;
 use serde::{Deserialize, Serialize};
 
@@ -167,6 +166,73 @@ pub struct SignatureView {
     pub hash: String,
 }
 
+/// The judge's classification of the current event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeVerdict {
+    /// The agent is moving toward the goal: not a loop.
+    Progress,
+    /// Spinning: counts as a loop.
+    NoProgress,
+    /// Moving away from the goal: counts as a loop.
+    Regressive,
+    /// The failure is outside the agent's control: reported, not counted.
+    External,
+}
+
+impl JudgeVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JudgeVerdict::Progress => "progress",
+            JudgeVerdict::NoProgress => "no_progress",
+            JudgeVerdict::Regressive => "regressive",
+            JudgeVerdict::External => "external",
+        }
+    }
+}
+
+/// How a judge call went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeStatus {
+    Ok,
+    /// No judge is configured: the fallback decided.
+    #[serde(rename = "none")]
+    NotConfigured,
+    Timeout,
+    Unavailable,
+    /// The judge answered outside the verdict schema.
+    Invalid,
+    /// The task's budget of judge calls is spent.
+    BudgetExhausted,
+}
+
+impl JudgeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JudgeStatus::Ok => "ok",
+            JudgeStatus::NotConfigured => "none",
+            JudgeStatus::Timeout => "timeout",
+            JudgeStatus::Unavailable => "unavailable",
+            JudgeStatus::Invalid => "invalid",
+            JudgeStatus::BudgetExhausted => "budget_exhausted",
+        }
+    }
+}
+
+/// Compares with the wire name (`status == "timeout"`), as clients read it.
+impl PartialEq<&str> for JudgeStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<&str> for JudgeVerdict {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// What the LLM judge said, when it was asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JudgeReport {
@@ -215,6 +281,12 @@ pub struct Verdict {
     pub signature: Option<SignatureView>,
     pub action: Action,
     pub reason: String,
+    /// The detection rule behind the verdict (`dead_end.same_attempt`, `judge.redone_calls`;
+    /// `loopguard rules` lists them): for a loop, the rule that found it; otherwise the rule
+    /// whose finding progress vetoed or whose judge question was answered "not a loop", or
+    /// none.
+    #[serde(default)]
+    pub rule: Option<String>,
     pub judge: Option<JudgeReport>,
     pub pivot_count: u32,
     pub status: TaskStatus,

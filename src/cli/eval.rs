@@ -64,6 +64,18 @@ pub struct EvalArgs {
     #[arg(long = "sweep", value_name = "KEY=VALUES")]
     pub sweep: Vec<SweepAxis>,
 
+    /// Measure every rule of the detection table (`loopguard rules`) at the evaluated point:
+    /// the runs it fired first on (loops on time, late, false alarms, control runs), and, by
+    /// replaying the runs it decided with it switched off, the loops only it catches on time and
+    /// the false alarms only it raises; with --folds, whether each fold's other folds keep it.
+    #[arg(long)]
+    pub by_rule: bool,
+
+    /// With --by-rule's measurement, print the whole figures without each rule (P, R, F1, on
+    /// time, reworded on time, false alarms, controls): leave-one-rule-out.
+    #[arg(long)]
+    pub ablate: bool,
+
     /// Embeddings kept in memory: at least this many, or [model] cache_entries if larger. Later
     /// sweep points are fast only when every text of the runs fits.
     #[arg(long, default_value_t = 200_000)]
@@ -108,6 +120,8 @@ pub fn run(cli: &Cli, args: &EvalArgs) -> Result<(), String> {
         },
         folds: args.folds.map(|k| k as usize),
         seed: args.seed,
+        by_rule: args.by_rule || args.ablate,
+        ablate: args.ablate,
     };
     let bar = std::io::stderr().is_terminal().then(|| {
         indicatif::ProgressBar::new(0).with_style(

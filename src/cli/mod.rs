@@ -77,6 +77,14 @@ pub enum Command {
     /// alarms, delay, by kind and rewording, every miss and false alarm with the verdict behind
     /// it; healthy control runs flagged; events sent to the judge; optional folds and sweep.
     Eval(eval::EvalArgs),
+    /// List the detection rules and judge questions in priority order: id, outcome (loop or
+    /// question), kinds, what each says and the settings it reads (Markdown; `--json` for JSON).
+    /// Verdicts name their rule in `rule`; `detect.rules_off` switches rules off by id.
+    Rules {
+        /// JSON lines instead of a Markdown table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn init_logging(format: LogFormat, filter: &str) {
@@ -99,6 +107,28 @@ pub fn load_config(
     Config::load_with_env(file, overrides)
 }
 
+/// `loopguard rules`: the rule table as Markdown, or one JSON object per line.
+fn rules_listing(json: bool) -> String {
+    use loopguard::rules::{markdown, RULES};
+    if !json {
+        return markdown();
+    }
+    RULES
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "id": r.id,
+                "outcome": if r.is_question() { "question" } else { "loop" },
+                "kinds": r.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+                "statement": r.statement,
+                "settings": r.settings,
+            })
+            .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_log = match cli.command {
@@ -117,6 +147,10 @@ pub fn main() -> ExitCode {
         Command::Openapi => load_config(cli.config.as_deref(), &[])
             .map(|c| print!("{}", crate::server::openapi::document_json(&c)))
             .map_err(|e| e.to_string()),
+        Command::Rules { json } => {
+            print!("{}", rules_listing(*json));
+            Ok(())
+        }
         Command::Config => load_config(cli.config.as_deref(), &[])
             .map(|c| print!("{}", c.redacted().to_toml()))
             .map_err(|e| e.to_string()),

@@ -181,6 +181,13 @@ impl Config {
                 format!("must be in 0..1, got {}", s.grey_band),
             );
         }
+        let alike = self.detect.repeats.nothing_found_alike;
+        if !(0.0..=1.0).contains(&alike) {
+            return bad(
+                "detect.repeats.nothing_found_alike",
+                format!("must be in 0..1, got {alike}"),
+            );
+        }
         let overlap = self.judge.redone_result_overlap;
         if !(0.0..=1.0).contains(&overlap) {
             return bad(
@@ -216,12 +223,13 @@ impl Config {
         if self.detect.window < 2 {
             return bad("detect.window", "must be at least 2".into());
         }
-        if self.detect.window < c.max_period * c.repetitions {
+        let cycle_span = c.max_period * c.repetitions + c.confirm_steps.min(c.max_period);
+        if self.detect.window < cycle_span {
             return bad(
                 "detect.window",
                 format!(
-                    "must hold max_period × repetitions = {} events to see a cycle, got {}",
-                    c.max_period * c.repetitions,
+                    "must hold max_period × repetitions + confirm_steps = {} events to see a cycle, got {}",
+                    cycle_span,
                     self.detect.window
                 ),
             );
@@ -232,15 +240,13 @@ impl Config {
                 "need repetitions >= 2 and max_period >= 1".into(),
             );
         }
-        let de = &self.detect.dead_ends;
-        if de.persistent_occurrences != 0 && de.persistent_occurrences < de.occurrences {
-            return bad(
-                "detect.dead_ends.persistent_occurrences",
-                format!(
-                    "must be 0 (off) or at least detect.dead_ends.occurrences ({}), got {}",
-                    de.occurrences, de.persistent_occurrences
-                ),
-            );
+        for (i, id) in self.detect.rules_off.iter().enumerate() {
+            if crate::detect::rules::by_id(id).is_none() {
+                return bad(
+                    &format!("detect.rules_off[{i}]"),
+                    format!("no rule is called {id:?} (`loopguard rules` lists them)"),
+                );
+            }
         }
         let ct = &self.detect.content;
         for (name, v, least) in [

@@ -195,6 +195,9 @@ pub struct DetectConfig {
     pub max_gap_secs: u64,
     pub passive_tools: Vec<String>,
     pub structural_match: bool,
+    /// Rules of the table (`crate::detect::rules::RULES`) switched off, by id.
+    #[serde(default)]
+    pub rules_off: Vec<String>,
     pub enabled: EnabledDetectors,
     pub similarity: Similarity,
     pub repeats: Repeats,
@@ -246,6 +249,10 @@ pub struct Repeats {
     pub tool_call: usize,
     pub response: usize,
     pub negative_result: usize,
+    /// Two answers that found nothing are the same dead end when what they say apart from the
+    /// call's own terms overlaps this much (Dice of words, digits masked).
+    #[serde(default = "nothing_found_alike")]
+    pub nothing_found_alike: f32,
     pub max_between: usize,
     pub new_work_breaks: bool,
     /// Calls worded differently whose results differ only where they repeat the call's own
@@ -265,6 +272,10 @@ pub struct DeadEnds {
     pub attempt_similarity: f32,
     /// Work events searched for the same attempt ending the same way (the new one included).
     pub same_attempt_window: usize,
+    /// The same attempt ends the same way only when its output printed the same besides its
+    /// error lines: an option tried that shows something else has taught the agent something.
+    #[serde(default)]
+    pub same_rest: bool,
     /// Work events searched for a repeated step with rewordings of one change between.
     pub span_window: usize,
     /// Cosine at which two changes are the same change reworded, compared on what differs
@@ -274,7 +285,7 @@ pub struct DeadEnds {
     /// in exactly the same error this many times: a loop without asking (fewer stay a question
     /// for the judge). 0 = always a question.
     #[serde(default)]
-    pub persistent_occurrences: usize,
+
     /// The very same call (a test or a script, unchanged) run this many times within
     /// `rerun_window`, other work between every two runs, each run ending in exactly the same
     /// error: the changes between never reached the failure. 0 = off; below `occurrences` it
@@ -293,6 +304,10 @@ pub struct Cycles {
     pub min_period: usize,
     pub max_period: usize,
     pub repetitions: usize,
+    /// Work events of the next turn that must repeat too before a cycle counts (A,B,A,B, then
+    /// A again): an alternation that stops after two turns is not yet a loop.
+    #[serde(default)]
+    pub confirm_steps: usize,
     /// Longer blocks of work replayed: periods above `max_period` up to this one.
     pub replay_max_period: usize,
     /// Consecutive events that must repeat their counterpart one long period back.
@@ -325,6 +340,10 @@ pub struct ContentLoops {
     pub min_run_words: usize,
     /// ...and one run is at most this many words.
     pub max_run_words: usize,
+}
+
+fn nothing_found_alike() -> f32 {
+    0.4
 }
 
 fn yes() -> bool {

@@ -6,6 +6,7 @@
 //! A cycle is counted once per period, not at every event that continues it.
 
 use super::{Ctx, Finding};
+use crate::signature::word_overlap;
 use crate::state::{Entry, EntryBody};
 use crate::verdict::LoopKind;
 
@@ -13,21 +14,29 @@ fn same(newer: &Entry, older: &Entry) -> bool {
     newer.is_same_as(older.seq)
 }
 
-pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
+/// The window's work events and the new one, oldest first: the sequence cycles are searched in.
+fn work<'a>(ctx: &'a Ctx<'_>) -> Option<Vec<&'a Entry>> {
     if !ctx.entry.is_work() {
         return None;
     }
-    let cfg = &ctx.cfg.cycles;
     let mut work: Vec<&Entry> = ctx.state.window.iter().filter(|e| e.is_work()).collect();
     work.push(ctx.entry);
+    Some(work)
+}
+
+/// Rule `cycle.period`: the last `p` work events repeat the `p` before them.
+pub fn period(ctx: &Ctx<'_>) -> Option<Finding> {
+    let cfg = &ctx.cfg.cycles;
+    let work = work(ctx)?;
     let n = work.len();
     for p in cfg.min_period..=cfg.max_period {
-        let span = p * cfg.repetitions;
+        let confirm = cfg.confirm_steps.min(p);
+        let span = p * cfg.repetitions + confirm;
         if n < span {
             break;
         }
-        let periodic =
-            (0..p * (cfg.repetitions - 1)).all(|i| same(work[n - 1 - i], work[n - 1 - i - p]));
+        let periodic = (0..p * (cfg.repetitions - 1) + confirm)
+            .all(|i| same(work[n - 1 - i], work[n - 1 - i - p]));
         if !periodic {
             continue;
         }
@@ -46,7 +55,12 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
             ),
         ));
     }
-    replay(ctx, &work)
+    None
+}
+
+/// Rule `cycle.replay`: a longer block of work replayed in order.
+pub fn replay_rule(ctx: &Ctx<'_>) -> Option<Finding> {
+    replay(ctx, &work(ctx)?)
 }
 
 /// A cycle of period `p` ending at the newest work event: it counts once per period (the loop
@@ -114,37 +128,9 @@ fn replay(ctx: &Ctx<'_>, work: &[&Entry]) -> Option<Finding> {
     None
 }
 
-/// How much of two outputs is the same material: the Dice overlap of their words as multisets,
-/// digits masked (a file view shown one line longer has every line renumbered). Two pages of
-/// one file share a language, not their words; an edit applied twice to one file shows the
-/// same lines again, shifted.
-pub fn overlap(a: &str, b: &str) -> f32 {
-    fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-        text.split_whitespace().map(crate::signature::digits_masked)
-    }
-    let mut counts = std::collections::HashMap::<String, i32>::new();
-    let mut total = 0usize;
-    for w in words(a) {
-        *counts.entry(w).or_default() += 1;
-        total += 1;
-    }
-    let mut common = 0usize;
-    for w in words(b) {
-        total += 1;
-        if let Some(n) = counts.get_mut(&w).filter(|n| **n > 0) {
-            *n -= 1;
-            common += 1;
-        }
-    }
-    if total == 0 {
-        return 1.0;
-    }
-    (2 * common) as f32 / total as f32
-}
-
 /// The very same calls as just before, redone — the last `p` tool calls equal (tool and
 /// arguments) to the `p` before them, for `p` up to `max_period` — with outputs that changed but
-/// barely (each pair at least `min_overlap` alike, [`overlap`]). An edit applied again after it
+/// barely (each pair at least `min_overlap` alike, [`word_overlap`]). An edit applied again after it
 /// went through (its file growing a line each time) looks like this; so does a poll whose output
 /// moves a little. The rules cannot tell them apart (identical outputs are the repeat
 /// detectors' case; outputs that changed a lot are new information), a reader can: a question
@@ -192,7 +178,7 @@ pub fn redone(ctx: &Ctx<'_>, max_period: usize, min_overlap: f32) -> Option<(usi
                 continue 'period;
             }
             if ra.exact != rb.exact {
-                if overlap(&ra.text, &rb.text) < min_overlap {
+                if word_overlap(&ra.text, &rb.text) < min_overlap {
                     continue 'period;
                 }
                 moved = true;
@@ -226,8 +212,15 @@ fn dead_end(e: &Entry) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{detect, overlap, redone};
+    use super::{period, redone, replay_rule};
+    use crate::signature::word_overlap as overlap;
     use crate::detect::testkit::{bash, Scene};
+    use crate::detect::{Ctx, Finding};
+
+    /// Both cycle rules, in the table's order.
+    fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
+        period(ctx).or_else(|| replay_rule(ctx))
+    }
     use crate::verdict::LoopKind;
 
     #[test]

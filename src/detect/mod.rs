@@ -2,7 +2,8 @@
 //! whether it is a loop of its kind. docs/DETECTION.md describes every one with its settings.
 //!
 //! The engine first links the new event to the window ([`matching`]: exact, normalised and
-//! semantic identity), then asks the detectors in [`ORDER`]; the first finding wins. Progress
+//! semantic identity), then runs the rule table ([`rules::RULES`]): the first loop rule that
+//! fires wins, and when none does, the first question for the judge ([`questions`]). Progress
 //! ([`progress`]) can veto a finding afterwards.
 
 pub mod budget;
@@ -14,16 +15,18 @@ pub mod finding;
 pub mod matching;
 pub mod negative;
 pub mod progress;
+pub mod questions;
 pub mod regression;
 pub mod repeat;
 pub mod response;
+pub mod rules;
 pub mod steps;
 pub mod transitions;
 
 #[cfg(test)]
 pub(crate) mod testkit;
 
-use crate::config::DetectConfig;
+use crate::config::{DetectConfig, JudgeConfig};
 use crate::state::MetricsObs;
 use crate::state::{Entry, TaskState};
 use crate::verdict::LoopKind;
@@ -95,6 +98,8 @@ pub struct Finding {
     pub vetoable: bool,
     /// Periodic loops (cycles, transition cycles): the period.
     pub period: Option<usize>,
+    /// The rule that found it ([`rules::RULES`]; set by the table).
+    pub rule: &'static str,
 }
 
 impl Finding {
@@ -107,6 +112,7 @@ impl Finding {
             counts: true,
             vetoable: true,
             period: None,
+            rule: "",
         }
     }
 }
@@ -115,6 +121,10 @@ impl Finding {
 /// new event, and its links to the window.
 pub struct Ctx<'a> {
     pub cfg: &'a DetectConfig,
+    /// The judge's settings: the questions read when they are asked.
+    pub judge: &'a JudgeConfig,
+    /// The new event is an external failure (network, auth, outage): never a question.
+    pub external: bool,
     pub state: &'a TaskState,
     pub entry: &'a Entry,
     pub links: &'a [Link],
@@ -188,26 +198,6 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// A detector: a pure function of the context.
-pub type Detector = fn(&Ctx<'_>) -> Option<Finding>;
-
-/// Detectors in priority order: the first finding is the verdict's kind.
-/// A cycle in progress wins over the repeats inside it, so it is counted once per period.
-pub const ORDER: [Detector; 12] = [
-    budget::detect,
-    content::detect,
-    regression::detect,
-    collaboration::detect,
-    cycle::detect,
-    repeat::detect,
-    response::detect,
-    negative::detect,
-    finding::detect,
-    dead_end::detect,
-    steps::detect,
-    transitions::detect,
-];
-
 /// Is a kind switched on?
 pub fn enabled(cfg: &DetectConfig, kind: LoopKind) -> bool {
     let e = &cfg.enabled;
@@ -226,14 +216,6 @@ pub fn enabled(cfg: &DetectConfig, kind: LoopKind) -> bool {
         LoopKind::Regression => e.regression,
         LoopKind::Budget => e.budget,
     }
-}
-
-/// Run the detectors; the first enabled finding wins.
-pub fn run(ctx: &Ctx<'_>) -> Option<Finding> {
-    ORDER
-        .iter()
-        .filter_map(|d| d(ctx))
-        .find(|f| enabled(ctx.cfg, f.kind))
 }
 
 /// A near miss worth asking the judge about: the best grey-band link of the new event.

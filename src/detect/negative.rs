@@ -6,6 +6,7 @@
 use super::dead_end::recent_work;
 use super::repeat::strongest;
 use super::{fmt_cos, Ctx, Finding, Link};
+use crate::signature::word_overlap;
 use crate::state::{Entry, EntryBody};
 use crate::verdict::LoopKind;
 
@@ -16,22 +17,26 @@ fn negative_result(ctx: &Ctx<'_>, seq: u64) -> bool {
     )
 }
 
-pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
-    let EntryBody::ToolCall {
-        result: Some(result),
-        ..
-    } = &ctx.entry.body
-    else {
-        return None;
-    };
-    if !result.negative || result.trivial {
-        return None;
+/// The new event's result when it is negative (an error or a "nothing found") and not trivial:
+/// the only results these rules look at.
+fn negative_of<'a>(ctx: &'a Ctx<'_>) -> Option<&'a crate::state::ResultSig> {
+    match &ctx.entry.body {
+        EntryBody::ToolCall {
+            result: Some(r), ..
+        } if r.negative && !r.trivial => Some(r),
+        _ => None,
     }
-    if let Some(earlier) = nothing_found_about_name_after_name(ctx) {
+}
+
+/// Rule `negative.nothing_found_alike`: calls in a row each find nothing, and say so alike
+/// apart from what they asked.
+pub fn nothing_found_alike_rule(ctx: &Ctx<'_>) -> Option<Finding> {
+    negative_of(ctx)?;
+    if let Some(earlier) = nothing_found_alike(ctx) {
         let mut f = Finding::new(
             LoopKind::ResultRepeat,
             format!(
-                "{} calls in a row, each about another name, found nothing the same way as seq {}",
+                "{} calls in a row, each asking another way, found nothing the same way as seq {}",
                 earlier.len() + 1,
                 earlier[0]
             ),
@@ -39,6 +44,13 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
         f.matched = Some(earlier[0]);
         return Some(f);
     }
+    None
+}
+
+/// Rule `negative.in_a_row`: calls, however varied, ending in the same error or the same
+/// "nothing found" (seed 001 level 4).
+pub fn in_a_row(ctx: &Ctx<'_>) -> Option<Finding> {
+    let result = negative_of(ctx)?;
     // Calls may be anything from identical to unrelated: identical ones alone are the repeat
     // detector's (it runs first); here the varied attempts count together.
     let matches = ctx.links.iter().rev().filter(|l| {
@@ -71,33 +83,49 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     Some(f)
 }
 
-/// The work events right before the new one, newest first, when they and the new call found
-/// nothing in the same words but for the name looked for ("No matches found for \"math\"", then
-/// for \"equation\", then for \"latex\"): one guessed name after another, each a dead end. The
-/// result match keeps different names apart (another file is other work), so these never link;
-/// their outcome's template (quoted names masked) is what they share. Errors are left out: a
-/// different name in an error after a different call is usually the next problem, not the same.
-fn nothing_found_about_name_after_name(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
-    let empty_finding = |e: &Entry| match &e.body {
-        EntryBody::ToolCall {
-            result: Some(r),
-            passive: false,
-            ..
-        } if r.negative && !r.failed && !r.trivial => r.outcome.as_ref().map(|o| o.template),
-        _ => None,
-    };
-    let template = empty_finding(ctx.entry)?;
+/// The work events right before the new one, newest first, when each of them and the new call
+/// found nothing and said so alike, apart from what it was asked ("No matches found for
+/// \"math\"", then for \"equation\", then for \"latex\"; "Could not find [VIVA Media AG]. Similar:
+/// [...]" with the same suggestions): one guessed name or rewording after another, each a dead
+/// end. The result match keeps different names apart (another file is other work), so these
+/// never link; what they share is their residue ([`crate::signature::residue`]), compared with
+/// the one after it at `repeats.nothing_found_alike` (the Dice overlap of their words). Empty
+/// answers that suggest other things each time have taught the agent something. Errors are left
+/// out: a different name in an error after a different call is usually the next problem.
+fn nothing_found_alike(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
+    fn empty_finding(e: &Entry) -> Option<&str> {
+        match &e.body {
+            EntryBody::ToolCall {
+                result: Some(r),
+                passive: false,
+                ..
+            } if r.negative && !r.failed && !r.trivial => r.residue.as_deref(),
+            _ => None,
+        }
+    }
+    let mut later = empty_finding(ctx.entry)?;
     let need = ctx.cfg.repeats.negative_result;
-    let earlier: Vec<u64> = recent_work(ctx.state, need)
-        .into_iter()
-        .map_while(|e| (empty_finding(e) == Some(template)).then_some(e.seq))
-        .collect();
+    let alike = ctx.cfg.repeats.nothing_found_alike;
+    let mut earlier = Vec::new();
+    for e in recent_work(ctx.state, need) {
+        match empty_finding(e) {
+            Some(r) if word_overlap(r, later) >= alike => {
+                earlier.push(e.seq);
+                later = r;
+            }
+            _ => break,
+        }
+    }
     (need > 0 && earlier.len() >= need).then_some(earlier)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::detect;
+    use crate::detect::{Ctx, Finding};
+
+    fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
+        super::nothing_found_alike_rule(ctx).or_else(|| super::in_a_row(ctx))
+    }
     use crate::detect::testkit::{bash, bash_err, Scene};
     use crate::verdict::LoopKind;
 

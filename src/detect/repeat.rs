@@ -55,56 +55,66 @@ fn kind_of(link: &Link) -> LoopKind {
     }
 }
 
-pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
+/// Rule `repeat.failure`: a failure matches `repeats.failure` earlier ones (seed 000).
+pub fn failure(ctx: &Ctx<'_>) -> Option<Finding> {
     let cfg = ctx.cfg;
-    match ctx.entry.body.channel() {
-        Channel::Failure => {
-            let matches: Vec<&Link> = ctx.same_links().collect();
-            if matches.len() < cfg.repeats.failure {
-                return None;
-            }
-            let best = strongest(matches.iter().copied())?;
-            let mut f = Finding::new(
-                kind_of(best),
-                format!(
-                    "same failure as seq {}, {}; seen {} time(s) before",
-                    best.seq,
-                    how(best, cfg.similarity.failure),
-                    matches.len()
-                ),
-            );
-            f.matched = Some(best.seq);
-            f.similarity = best.similarity();
-            Some(f)
-        }
-        Channel::ToolCall => {
-            let chain = ctx.repeat_chain(ctx.same_links(), Some(cfg.repeats.max_between));
-            if chain.len() < cfg.repeats.tool_call {
-                return None;
-            }
-            let best = strongest(chain.iter().filter_map(|s| ctx.link(*s)))?;
-            let with_result = best.result.is_some();
-            let mut f = Finding::new(
-                kind_of(best),
-                format!(
-                    "same tool call{} as seq {}, {}; the {} time with no new work in between",
-                    if with_result { " and result" } else { "" },
-                    best.seq,
-                    how(best, cfg.similarity.tool_call),
-                    ordinal(chain.len() + 1)
-                ),
-            );
-            f.matched = Some(best.seq);
-            f.similarity = best.similarity();
-            Some(f)
-        }
-        _ => None,
+    if ctx.entry.body.channel() != Channel::Failure {
+        return None;
     }
+    let matches: Vec<&Link> = ctx.same_links().collect();
+    if matches.len() < cfg.repeats.failure {
+        return None;
+    }
+    let best = strongest(matches.iter().copied())?;
+    let mut f = Finding::new(
+        kind_of(best),
+        format!(
+            "same failure as seq {}, {}; seen {} time(s) before",
+            best.seq,
+            how(best, cfg.similarity.failure),
+            matches.len()
+        ),
+    );
+    f.matched = Some(best.seq);
+    f.similarity = best.similarity();
+    Some(f)
+}
+
+/// Rule `repeat.tool_call`: a tool call and its result match `repeats.tool_call` earlier ones,
+/// near-consecutive, with no new work between (seeds 001, 002).
+pub fn tool_call(ctx: &Ctx<'_>) -> Option<Finding> {
+    let cfg = ctx.cfg;
+    if ctx.entry.body.channel() != Channel::ToolCall {
+        return None;
+    }
+    let chain = ctx.repeat_chain(ctx.same_links(), Some(cfg.repeats.max_between));
+    if chain.len() < cfg.repeats.tool_call {
+        return None;
+    }
+    let best = strongest(chain.iter().filter_map(|s| ctx.link(*s)))?;
+    let with_result = best.result.is_some();
+    let mut f = Finding::new(
+        kind_of(best),
+        format!(
+            "same tool call{} as seq {}, {}; the {} time with no new work in between",
+            if with_result { " and result" } else { "" },
+            best.seq,
+            how(best, cfg.similarity.tool_call),
+            ordinal(chain.len() + 1)
+        ),
+    );
+    f.matched = Some(best.seq);
+    f.similarity = best.similarity();
+    Some(f)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::detect;
+    use crate::detect::{Ctx, Finding};
+
+    fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
+        super::failure(ctx).or_else(|| super::tool_call(ctx))
+    }
     use crate::detect::testkit::{bash, failure, Scene};
     use crate::verdict::LoopKind;
 

@@ -3,7 +3,10 @@
 //! can be tested as a pure function of its context. Behaviour that depends on real similarity is
 //! tested with the real model in `tests/`.
 
-use super::{matching, Ctx, Detector, Finding, Link};
+use super::{matching, Ctx, Finding, Link};
+
+/// A detector under test: a pure function of the context.
+pub(crate) type Detector = fn(&Ctx<'_>) -> Option<Finding>;
 use crate::config::Config;
 use crate::embed::{StubBackend, Vector};
 use crate::engine::observe::observe;
@@ -56,7 +59,7 @@ impl Scene {
         };
         let env = parse_envelope_value(env).expect("a valid test event");
         let seq = self.state.begin_event(0);
-        let obs = observe(&self.cfg, &env, seq, 0);
+        let obs = observe(&self.cfg, &env, seq, 0, &mut self.state.ambient);
         let mut entry = obs.entry;
         embed(&mut entry);
         let links = matching::links(&self.cfg.detect, &self.state, &entry);
@@ -99,6 +102,8 @@ impl Scene {
     pub fn ctx<'a>(&'a self, p: &'a Probe) -> Ctx<'a> {
         Ctx {
             cfg: &self.cfg.detect,
+            judge: &self.cfg.judge,
+            external: false,
             state: &self.state,
             entry: &p.entry,
             links: &p.links,
@@ -115,7 +120,7 @@ impl Scene {
     pub fn detect(&mut self, detector: Detector, event: Value) -> Option<Finding> {
         let p = self.probe(event);
         let mine = detector(&self.ctx(&p));
-        let all = super::run(&self.ctx(&p));
+        let all = self.loop_found(&p);
         self.commit(p, all.as_ref());
         mine
     }
@@ -123,8 +128,16 @@ impl Scene {
     /// Add an event as the engine would, whatever the detectors say.
     pub fn push(&mut self, event: Value) {
         let p = self.probe(event);
-        let all = super::run(&self.ctx(&p));
+        let all = self.loop_found(&p);
         self.commit(p, all.as_ref());
+    }
+
+    /// The loop the whole rule table finds for a probe, if any.
+    fn loop_found(&self, p: &Probe) -> Option<Finding> {
+        match super::rules::run(&self.ctx(p)) {
+            Some(super::rules::Hit::Loop(f)) => Some(f),
+            _ => None,
+        }
     }
 
     fn commit(&mut self, p: Probe, finding: Option<&Finding>) {

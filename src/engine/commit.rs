@@ -54,6 +54,7 @@ pub(super) fn finish(
         signature,
         action: decision.action,
         reason: decision.reason,
+        rule: decision.rule.map(str::to_string),
         judge,
         pivot_count: state.pivot_count,
         status: state.status,
@@ -80,6 +81,7 @@ pub(super) fn finish(
         counted: verdict.counted,
         similarity: verdict.similarity,
         reason: trim(&verdict.reason),
+        rule: verdict.rule.clone(),
     });
     let audit = audit
         .into_iter()

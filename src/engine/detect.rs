@@ -1,9 +1,11 @@
 //! The detect stage: the event's own progress is marked first (better test results, completion
-//! indicators), so that it counts for the veto; then the detectors of [`crate::detect`] run in
-//! their priority order and the first finding wins.
+//! indicators), so that it counts for the veto; then the rule table ([`crate::detect::rules`])
+//! runs: the first loop rule that fires is the finding, and when none does, the first question
+//! is kept for the judge stage.
 
 use super::Pass;
 use crate::config::Config;
+use crate::detect::rules::Hit;
 use crate::event::{Envelope, Event};
 use crate::state::{EntryBody, TaskState};
 
@@ -23,6 +25,10 @@ pub(super) fn detect(cfg: &Config, state: &mut TaskState, env: &Envelope, pass: 
         {
             state.add_progress(pass.seq, reason);
         }
-        pass.finding = crate::detect::run(&pass.ctx(cfg, state));
+        match crate::detect::rules::run(&pass.ctx(cfg, state)) {
+            Some(Hit::Loop(f)) => pass.finding = Some(f),
+            Some(Hit::Ask(q)) => pass.question = Some(q),
+            None => {}
+        }
     });
 }

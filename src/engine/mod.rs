@@ -106,8 +106,12 @@ pub(crate) struct Pass {
     /// A repetition inside the event's own text (see [`Ctx::content`]).
     pub content: Option<crate::detect::content::ContentRepeat>,
     pub finding: Option<Finding>,
+    /// A question for the judge, when no loop rule fired ([`crate::detect::questions`]).
+    pub question: Option<crate::detect::questions::Question>,
     /// Why the event is not a loop when a veto, the judge or the fallback cleared it.
     pub cleared: Option<String>,
+    /// The rule whose finding was cleared (vetoed by progress, or judged not a loop).
+    pub cleared_rule: Option<&'static str>,
     pub judge: Option<JudgeReport>,
     pub asked_judge: bool,
     pub audit: Vec<AuditEvent>,
@@ -119,6 +123,8 @@ impl Pass {
     pub fn ctx<'a>(&'a self, cfg: &'a Config, state: &'a TaskState) -> Ctx<'a> {
         Ctx {
             cfg: &cfg.detect,
+            judge: &cfg.judge,
+            external: self.external,
             state,
             entry: &self.entry,
             links: &self.links,

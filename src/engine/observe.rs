@@ -9,7 +9,8 @@ use crate::detect::matching::Part;
 use crate::event::{Envelope, Event};
 use crate::signature::{
     args_text, canonical_json, classify, echo_key, head_tail, is_negative_result,
-    is_trivial_result, key64, measured_numbers, normalize, numbers, outcome_of, output_text,
+    is_trivial_result, key64, measured_numbers, normalize, numbers, outcome_in_task, output_text,
+    AmbientLines,
     resource_ids, sha256_hex, template_key, FailureSignature, TestMetrics,
 };
 use crate::state::{
@@ -53,7 +54,7 @@ pub(crate) fn begin(
         metrics,
         signature,
         external,
-    } = observe(cfg, env, seq, ts);
+    } = observe(cfg, env, seq, ts, &mut state.ambient);
     let content = content_of(cfg, state, env, seq);
     Pass {
         seq,
@@ -67,7 +68,9 @@ pub(crate) fn begin(
         change_cosines: Vec::new(),
         content,
         finding: None,
+        question: None,
         cleared: None,
+        cleared_rule: None,
         judge: None,
         asked_judge: false,
         audit,
@@ -156,7 +159,15 @@ pub fn compared_text(channel: Channel, part: Part, text: &str, max_chars: usize)
 }
 
 /// Observe one event at `seq`, `ts` (unix seconds).
-pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
+/// `ambient`: the task's error lines printed whatever the call does, which a tool call's outcome
+/// leaves out (and learns from its output).
+pub fn observe(
+    cfg: &Config,
+    env: &Envelope,
+    seq: u64,
+    ts: i64,
+    ambient: &mut AmbientLines,
+) -> Observation {
     let max = cfg.model.max_text_chars;
     let external_types = &cfg.detect.external.types;
     let mut metrics = None;
@@ -208,10 +219,13 @@ pub fn observe(cfg: &Config, env: &Envelope, seq: u64, ts: i64) -> Observation {
                     metrics = Some((key64(&canonical), m));
                 }
                 let trivial = is_trivial_result(&sig.text);
+                let negative = failed || is_negative_result(&out);
                 ResultSig {
-                    outcome: outcome_of(&out),
+                    residue: (negative && !failed && !trivial)
+                        .then(|| crate::signature::residue(&c.args, &out)),
+                    outcome: outcome_in_task(&out, call.exact, ambient),
                     echo: echo_key(&c.args, &out),
-                    negative: failed || is_negative_result(&out),
+                    negative,
                     trivial,
                     failed,
                     external: ext,

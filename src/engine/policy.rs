@@ -34,6 +34,9 @@ pub struct Decision {
     pub reason: String,
     pub matched: Option<Matched>,
     pub similarity: Option<f32>,
+    /// The rule behind it: the one that found the loop or, when it is not one, the one whose
+    /// finding progress vetoed or whose question the judge answered "not a loop".
+    pub rule: Option<&'static str>,
     /// For a loop: the closest loops of other tasks (filled in by recall).
     pub similar_loops: Vec<SimilarLoop>,
 }
@@ -53,6 +56,7 @@ impl Decision {
             reason: reason.into(),
             matched: None,
             similarity: None,
+            rule: None,
             similar_loops: Vec::new(),
         }
     }
@@ -77,6 +81,7 @@ pub(super) fn decide(cfg: &Config, state: &mut TaskState, pass: &mut Pass) -> De
             }
         });
         let mut d = Decision::proceed(reason);
+        d.rule = pass.cleared_rule;
         // Not a loop: name the closest earlier event, the near miss a reader looks for.
         if let Some(l) = crate::detect::nearest(state, &pass.entry, &pass.links) {
             d.matched = state.entry(l.seq).map(|e| Matched {
@@ -96,7 +101,13 @@ pub(super) fn decide(cfg: &Config, state: &mut TaskState, pass: &mut Pass) -> De
         pass.external,
         &f.reason,
     );
-    pass.audit.extend(r.audit);
+    let rule = Some(f.rule).filter(|r| !r.is_empty());
+    pass.audit.extend(r.audit.into_iter().map(|mut a| {
+        if let AuditEvent::LoopDetected { rule: slot, .. } = &mut a {
+            *slot = rule.map(str::to_string);
+        }
+        a
+    }));
     let matched = f.matched.and_then(|s| {
         state.entry(s).map(|e| Matched {
             seq: s,
@@ -116,6 +127,7 @@ pub(super) fn decide(cfg: &Config, state: &mut TaskState, pass: &mut Pass) -> De
         reason,
         matched,
         similarity: f.similarity,
+        rule,
         similar_loops: Vec::new(),
     }
 }
@@ -372,6 +384,7 @@ pub fn respond(
             ));
         }
         ctx.audit.push(AuditEvent::LoopDetected {
+            rule: None,
             kind,
             loop_count: state.loop_count,
             counted: false,
@@ -406,6 +419,7 @@ pub fn respond(
         loop_count: state.loop_count,
         counted: true,
         reason: reason.to_string(),
+        rule: None,
     });
 
     let action = if cfg.gate_at > 0 && state.loop_count >= cfg.gate_at {

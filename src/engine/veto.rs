@@ -11,6 +11,7 @@ pub(super) fn veto(state: &TaskState, pass: &mut Pass) {
     };
     if let Some(why) = crate::detect::progress::veto(state, finding) {
         pass.cleared = Some(format!("not a loop: {why}"));
+        pass.cleared_rule = Some(finding.rule).filter(|r| !r.is_empty());
         pass.finding = None;
     }
 }

@@ -20,6 +20,8 @@ pub struct VerdictAt {
     /// 0-based index into the run's `events`.
     pub index: usize,
     pub kind: LoopKind,
+    /// The detection rule behind the verdict.
+    pub rule: Option<String>,
     pub reason: String,
     pub similarity: Option<f32>,
     /// The earlier event it was matched with: its index and text (shortened).
@@ -61,6 +63,10 @@ pub struct Replayed {
     pub near_miss: Option<NearMiss>,
     pub ambiguous: usize,
     pub sent_to_judge: usize,
+    /// Every rule some verdict of the run names (a loop found, a finding vetoed, a question
+    /// answered): switching any other rule off cannot change the run.
+    #[serde(skip)]
+    pub rules: Vec<String>,
 }
 
 fn index_of(verdicts: &[Verdict], before: usize, seq: u64) -> Option<usize> {
@@ -74,6 +80,7 @@ fn verdict_at(verdicts: &[Verdict], i: usize) -> VerdictAt {
     VerdictAt {
         index: i,
         kind: v.kind,
+        rule: v.rule.clone(),
         reason: v.reason.clone(),
         similarity: v.similarity,
         matched_index: v
@@ -159,6 +166,12 @@ impl Replayed {
             near_miss: deadline.and_then(|flc| near_miss(vs, flc + ON_TIME_SLACK, flc)),
             ambiguous: vs.iter().filter(|v| v.judge.is_some()).count(),
             sent_to_judge: vs.iter().filter(|v| sent_to_judge(v)).count(),
+            rules: {
+                let mut rules: Vec<String> = vs.iter().filter_map(|v| v.rule.clone()).collect();
+                rules.sort();
+                rules.dedup();
+                rules
+            },
         }
     }
 }

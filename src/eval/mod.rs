@@ -38,6 +38,7 @@ pub mod input;
 pub mod judge;
 pub mod measure;
 pub mod report;
+pub mod rules;
 
 pub use folds::assign_folds;
 pub use input::{
@@ -114,6 +115,11 @@ pub struct EvalOptions {
     /// Stratified folds (at least 2), or none.
     pub folds: Option<usize>,
     pub seed: u64,
+    /// Measure every rule of the detection table: which runs it fired first on, and (leaving
+    /// it out) the loops only it catches and the false alarms only it raises.
+    pub by_rule: bool,
+    /// With `by_rule`: the whole leave-one-rule-out figures too.
+    pub ablate: bool,
 }
 
 impl Default for EvalOptions {
@@ -123,6 +129,8 @@ impl Default for EvalOptions {
             judge: JudgeMode::Configured,
             folds: None,
             seed: 1,
+            by_rule: false,
+            ablate: false,
         }
     }
 }
@@ -287,6 +295,10 @@ pub struct EvalReport {
     pub choice_rule: &'static str,
     pub result: SetReport,
     pub folds: Option<FoldsReport>,
+    /// `--by-rule` / `--ablate`: every rule measured at the evaluated point.
+    pub rules: Option<rules::RulesReport>,
+    /// `--ablate`: the report shows the whole figures without each rule.
+    pub ablated: bool,
     pub seconds: f64,
 }
 
@@ -374,20 +386,26 @@ pub fn evaluate(
     };
     let mut total_calls: Option<u64> = None;
     let mut replayed: Vec<PointRuns> = Vec::with_capacity(points.len());
+    // A judge for a point: the test judge (with its counter) or the configured one.
+    let judge_for = |config: &Config| -> Result<
+        (Option<Arc<dyn Judge>>, Option<Arc<judge::AlwaysJudge>>),
+        EvalError,
+    > {
+        Ok(match opts.judge {
+            JudgeMode::Always(v) => {
+                let j = Arc::new(judge::AlwaysJudge::new(v));
+                (Some(j.clone() as Arc<dyn Judge>), Some(j))
+            }
+            JudgeMode::Configured => {
+                let j = crate::judge::from_config(&config.judge)
+                    .map_err(|e| EvalError::Invalid(format!("the configured judge: {e}")))?;
+                (j, None)
+            }
+        })
+    };
     for (pi, point) in points.iter().enumerate() {
         let point_started = Instant::now();
-        let (judge, counter): (Option<Arc<dyn Judge>>, Option<Arc<judge::AlwaysJudge>>) =
-            match opts.judge {
-                JudgeMode::Always(v) => {
-                    let j = Arc::new(judge::AlwaysJudge::new(v));
-                    (Some(j.clone() as Arc<dyn Judge>), Some(j))
-                }
-                JudgeMode::Configured => {
-                    let j = crate::judge::from_config(&point.config.judge)
-                        .map_err(|e| EvalError::Invalid(format!("the configured judge: {e}")))?;
-                    (j, None)
-                }
-            };
+        let (judge, counter) = judge_for(&point.config)?;
         let mut pass = |file: &str, runs: &ToReplay| -> Result<Vec<Replayed>, EvalError> {
             let total = runs.len();
             replay(
@@ -554,6 +572,42 @@ pub fn evaluate(
         }
     });
 
+    let rules = if opts.by_rule || opts.ablate {
+        let focus_ctx = rules::Focus {
+            point: focus,
+            config: &points[focus].config,
+            labelled,
+            controls,
+            labelled_runs: &labelled_runs,
+            control_runs: &control_runs,
+            records: &all_records[focus],
+            replays_labelled: &replayed[focus].labelled,
+            replays_controls: &replayed[focus].controls,
+            fold_of: fold_of.as_deref(),
+            folds: opts.folds.unwrap_or(0),
+        };
+        Some(rules::measure(&focus_ctx, |config, file, runs| {
+            let (judge, _) = judge_for(config)?;
+            let total = runs.len();
+            replay(&rt, config, embedder, judge, runs, opts.jobs, |done| {
+                progress(&Progress {
+                    point: focus,
+                    points: points.len(),
+                    file: file.to_string(),
+                    runs_done: done,
+                    runs: total,
+                })
+            })
+            .map_err(|(run, error)| EvalError::Run {
+                file: file.to_string(),
+                run,
+                error,
+            })
+        })?)
+    } else {
+        None
+    };
+
     let m = &point_reports[focus].metrics;
     Ok(EvalReport {
         command: "eval",
@@ -579,6 +633,8 @@ pub fn evaluate(
         choice_rule: CHOICE_RULE,
         result,
         folds,
+        rules,
+        ablated: opts.ablate,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

@@ -428,6 +428,19 @@ pub fn text(r: &EvalReport) -> String {
         s.push('\n');
     }
 
+    if let Some(rules) = &r.rules {
+        s.push_str(&format!(
+            "## Rules (at the point shown{})\n\n",
+            if r.folds.is_some() {
+                "; kept per fold: decided on the other folds"
+            } else {
+                ""
+            }
+        ));
+        s.push_str(&super::rules::markdown(rules, &r.controls, r.ablated));
+        s.push('\n');
+    }
+
     s.push_str("## Definitions\n\n");
     for d in &r.definitions {
         s.push_str(&format!("- {d}\n"));

@@ -20,6 +20,7 @@ fn verdict(seq: u64, kind: LoopKind, reason: &str) -> Verdict {
         signature: None,
         action: Action::proceed(),
         reason: reason.into(),
+        rule: None,
         judge: None,
         pivot_count: 0,
         status: TaskStatus::Active,

@@ -13,72 +13,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-/// The judge's classification of the current event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum JudgeVerdict {
-    /// The agent is moving toward the goal: not a loop.
-    Progress,
-    /// Spinning: counts as a loop.
-    NoProgress,
-    /// Moving away from the goal: counts as a loop.
-    Regressive,
-    /// The failure is outside the agent's control: reported, not counted.
-    External,
-}
-
-impl JudgeVerdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JudgeVerdict::Progress => "progress",
-            JudgeVerdict::NoProgress => "no_progress",
-            JudgeVerdict::Regressive => "regressive",
-            JudgeVerdict::External => "external",
-        }
-    }
-}
-
-/// How a judge call went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum JudgeStatus {
-    Ok,
-    /// No judge is configured: the fallback decided.
-    #[serde(rename = "none")]
-    NotConfigured,
-    Timeout,
-    Unavailable,
-    /// The judge answered outside the verdict schema.
-    Invalid,
-    /// The task's budget of judge calls is spent.
-    BudgetExhausted,
-}
-
-impl JudgeStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JudgeStatus::Ok => "ok",
-            JudgeStatus::NotConfigured => "none",
-            JudgeStatus::Timeout => "timeout",
-            JudgeStatus::Unavailable => "unavailable",
-            JudgeStatus::Invalid => "invalid",
-            JudgeStatus::BudgetExhausted => "budget_exhausted",
-        }
-    }
-}
-
-/// Compares with the wire name (`status == "timeout"`), as clients read it.
-impl PartialEq<&str> for JudgeStatus {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl PartialEq<&str> for JudgeVerdict {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
+// The judge's verdict types belong with the verdict they are part of (`crate::verdict`); they
+// are re-exported here for the judges that produce them.
+pub use crate::verdict::{JudgeStatus, JudgeVerdict};
 
 /// A judge's answer; anything but `status: Ok` with a verdict is "undecided".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

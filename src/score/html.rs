@@ -62,7 +62,7 @@ struct Row {
     index: usize,
     id: String,
     is_loop: bool,
-    first_loop: Option<(usize, LoopKind)>,
+    first_loop: Option<(usize, LoopKind, Option<String>)>,
     max_loop_count: u32,
     kinds: Vec<LoopKind>,
     events: usize,
@@ -97,7 +97,9 @@ impl HtmlReport {
     /// Add a scored run; `run` must still hold its events (`ScoreOptions::keep_events`).
     pub fn add(&mut self, run: &Run, score: &RunScore) -> io::Result<()> {
         let index = self.rows.len() + 1;
-        let first_loop = score.first_loop_index.map(|i| (i, score.verdicts[i].kind));
+        let first_loop = score
+            .first_loop_index
+            .map(|i| (i, score.verdicts[i].kind, score.verdicts[i].rule.clone()));
         let row = Row {
             index,
             id: score.id.clone(),
@@ -189,11 +191,14 @@ impl HtmlReport {
             } else {
                 "<span class=\"badge ok\">no loop</span>"
             };
-            let first = match r.first_loop {
-                Some((i, kind)) => format!(
-                    "<a href=\"#r{}-e{i}\">event {i}</a> · {}",
+            let first = match &r.first_loop {
+                Some((i, kind, rule)) => format!(
+                    "<a href=\"#r{}-e{i}\">event {i}</a> · {}{}",
                     r.index,
-                    escape(&words(kind.as_str()))
+                    escape(&words(kind.as_str())),
+                    rule.as_ref()
+                        .map(|r| format!(" <span class=\"rule\">{}</span>", escape(r)))
+                        .unwrap_or_default()
                 ),
                 None => "—".into(),
             };
@@ -278,9 +283,9 @@ fn run_section(row: &Row, events: &[Envelope], verdicts: &[Verdict]) -> String {
     let flag = if row.is_loop {
         format!(
             "<span class=\"badge loop\">loop</span> first at event {} ({}) · max loop count {}",
-            row.first_loop.map(|f| f.0).unwrap_or(0),
+            row.first_loop.as_ref().map(|f| f.0).unwrap_or(0),
             escape(&words(
-                row.first_loop.map(|f| f.1.as_str()).unwrap_or("none")
+                row.first_loop.as_ref().map(|f| f.1.as_str()).unwrap_or("none")
             )),
             row.max_loop_count
         )
@@ -306,7 +311,7 @@ fn run_section(row: &Row, events: &[Envelope], verdicts: &[Verdict]) -> String {
         if v.is_loop {
             cls.push(if v.counted { "loop" } else { "uncounted" });
         }
-        if row.first_loop.map(|f| f.0) == Some(k) {
+        if row.first_loop.as_ref().map(|f| f.0) == Some(k) {
             cls.push("first");
         }
         let who = {
@@ -459,6 +464,9 @@ fn verdict_html(v: &Verdict, run: usize, matched_index: Option<usize>) -> String
             "<span class=\"{cls}\">{}</span>",
             escape(&words(v.kind.as_str()))
         );
+        if let Some(rule) = &v.rule {
+            let _ = write!(s, " <span class=\"rule\">{}</span>", escape(rule));
+        }
         match v.similarity {
             Some(sim) => {
                 let _ = write!(s, " <span class=\"sim\">cosine {sim:.2}</span>");
@@ -614,6 +622,7 @@ tr.ev:target td{background:#e8f0fe}
 .matched{margin-top:6px;padding:5px 8px;border-left:3px solid var(--bad);background:#fff;font-size:12px}
 .matched pre{color:#475467;max-height:6em;overflow:auto}
 .reason{margin-top:5px;font-size:12px;color:var(--muted)}
+.rule{font-family:ui-monospace,monospace;font-size:11px;color:var(--muted)}
 details.more summary{font-size:12px;color:var(--accent);cursor:pointer}
 footer{max-width:1500px;margin:0 auto;padding:0 24px 24px;color:var(--muted);font-size:13px}
 footer h2{color:var(--ink);font-size:14px}

@@ -41,6 +41,8 @@ pub struct VerdictLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
+    /// The detection rule that found the loop (its id in the rule table).
+    pub rule: &'static str,
     pub counted: &'static str,
 }
 
@@ -333,10 +335,13 @@ pub struct AuditCounters {
 }
 
 impl AuditMetrics for AuditCounters {
-    fn loop_detected(&self, kind: LoopKind, counted: bool) {
+    fn loop_detected(&self, kind: LoopKind, counted: bool, rule: &str) {
+        // The label set stays bounded: a rule id of the table, or "" for none.
+        let rule = loopguard::rules::by_id(rule).map_or("", |r| r.id);
         self.loops
             .get_or_create(&KindLabels {
                 kind: kind.as_str(),
+                rule,
                 counted: if counted { "true" } else { "false" },
             })
             .inc();

@@ -201,6 +201,8 @@ pub struct VerdictItem {
     pub action: String,
     pub loop_count: u32,
     pub reason: String,
+    /// The detection rule behind the verdict (`loopguard rules` lists them), when one was.
+    pub rule: Option<String>,
 }
 
 impl From<&loopguard::state::VerdictSummary> for VerdictItem {
@@ -225,6 +227,7 @@ impl From<&loopguard::state::VerdictSummary> for VerdictItem {
             action: v.action.clone(),
             loop_count: v.loop_count,
             reason: v.reason.clone(),
+            rule: v.rule.clone(),
         }
     }
 }

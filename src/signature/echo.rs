@@ -79,9 +79,63 @@ pub fn echo_key(args: &serde_json::Value, output: &str) -> u64 {
     masked.map_or(0, |m| key64(&m))
 }
 
+/// Characters of a residue kept: a "nothing found" answer says what it has to say early.
+const RESIDUE_CHARS: usize = 600;
+
+/// What an answer says apart from what it was asked: the output with the call's own terms
+/// masked wherever it quotes them (in quotes, brackets or backticks: `Could not find [VIVA Media
+/// AG]`, `No matches found for "math"`), lowercased, digits masked, whitespace collapsed, its
+/// first [`RESIDUE_CHARS`] characters. Two searches that find nothing and suggest the same
+/// things leave (nearly) the same residue whatever they asked; one whose suggestions differ
+/// learned something.
+pub fn residue(args: &serde_json::Value, output: &str) -> String {
+    let mut text = output.to_string();
+    for t in terms(args) {
+        for (open, close) in [('"', '"'), ('\'', '\''), ('[', ']'), ('`', '`')] {
+            let quoted = format!("{open}{t}{close}");
+            if text.contains(&quoted) {
+                text = text.replace(&quoted, &format!("{open}\u{1}{close}"));
+            }
+        }
+    }
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| super::digits_masked(&w.to_lowercase()))
+        .collect();
+    let joined = words.join(" ");
+    match joined.char_indices().nth(RESIDUE_CHARS) {
+        Some((i, _)) => joined[..i].to_string(),
+        None => joined,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::echo_key;
+    use super::{echo_key, residue};
+    use crate::signature::word_overlap;
+
+    #[test]
+    fn a_residue_masks_what_the_call_asked_and_keeps_what_it_suggests() {
+        let cnf = |q: &str, similar: &str| {
+            residue(
+                &json!({ "query": q }),
+                &format!("Could not find [{q}]. Similar: [{similar}]"),
+            )
+        };
+        let a = cnf("VIVA Media AG", "'VIVA Plus', 'Vauxhall Viva', 'GfK charts'");
+        let b = cnf("VIVA Media AG 2004", "'VIVA Plus', 'Vauxhall Viva', 'Opel Astra'");
+        let c = cnf("Marathi lyrics", "'Raundal', 'Deewani Mastani', 'Ved (film)'");
+        assert!(a.starts_with("could not find [\u{1}]."), "{a}");
+        assert!(word_overlap(&a, &b) > 0.6, "{}", word_overlap(&a, &b));
+        assert!(word_overlap(&a, &c) < 0.4, "{}", word_overlap(&a, &c));
+        let none = |q: &str| {
+            residue(
+                &json!({ "command": format!("search_dir \"{q}\"") }),
+                &format!("No matches found for \"{q}\" in /repo"),
+            )
+        };
+        assert_eq!(none("math"), none("equation"));
+    }
     use serde_json::json;
 
     fn search(q: &str) -> serde_json::Value {

@@ -14,9 +14,11 @@ mod normalize;
 mod outcome;
 mod results;
 
-pub use echo::echo_key;
+pub use echo::{echo_key, residue};
 pub use normalize::*;
-pub use outcome::{error_lines, outcome_of, template_key, Outcome};
+pub use outcome::{
+    error_lines, outcome_in_task, outcome_of, template_key, AmbientLine, AmbientLines, Outcome,
+};
 pub use results::*;
 
 use regex::Regex;

@@ -25,6 +25,34 @@ pub fn digits_masked(text: &str) -> String {
     out
 }
 
+/// How much of two outputs is the same material: the Dice overlap of their words as multisets,
+/// digits masked (a file view shown one line longer has every line renumbered). Two pages of
+/// one file share a language, not their words; an edit applied twice to one file shows the
+/// same lines again, shifted.
+pub fn word_overlap(a: &str, b: &str) -> f32 {
+    fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+        text.split_whitespace().map(digits_masked)
+    }
+    let mut counts = std::collections::HashMap::<String, i32>::new();
+    let mut total = 0usize;
+    for w in words(a) {
+        *counts.entry(w).or_default() += 1;
+        total += 1;
+    }
+    let mut common = 0usize;
+    for w in words(b) {
+        total += 1;
+        if let Some(n) = counts.get_mut(&w).filter(|n| **n > 0) {
+            *n -= 1;
+            common += 1;
+        }
+    }
+    if total == 0 {
+        return 1.0;
+    }
+    (2 * common) as f32 / total as f32
+}
+
 pub fn sha256_hex(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }

@@ -53,6 +53,21 @@ pub struct Outcome {
     /// command — so it never ran: nothing it meant to do happened.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refused: bool,
+    /// Key of what the output printed besides its error lines and listings, digits masked
+    /// ([`error_lines_and_rest`]); 0: not known (an outcome stored before it was kept).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rest: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+impl Outcome {
+    /// Did the two outputs print the same besides their error lines? Unknown counts as yes.
+    pub fn same_rest(&self, other: &Outcome) -> bool {
+        self.rest == 0 || other.rest == 0 || self.rest == other.rest
+    }
 }
 
 static ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
@@ -121,8 +136,16 @@ fn mask(line: &str, quotes: bool) -> String {
 
 /// The error lines of an output, in order.
 pub fn error_lines(output: &str) -> Vec<String> {
+    error_lines_and_rest(output).0
+}
+
+/// The error lines of an output, in order, and the key of the rest of it: the lines that are
+/// neither error lines nor a listing (code, a file view), digits masked — what the call printed
+/// besides its errors.
+pub fn error_lines_and_rest(output: &str) -> (Vec<String>, u64) {
     let clean = ANSI.replace_all(output, "");
     let mut out = Vec::new();
+    let mut rest = String::new();
     // The first line at the margin after a Python traceback's frames is its exception, whatever
     // the exception class is called (`pkg.errors.InvalidStructure: leftover bytes`).
     let mut in_traceback = false;
@@ -144,9 +167,114 @@ pub fn error_lines(output: &str) -> Vec<String> {
             // The clause, not what the script printed before it (often the input it was given).
             let start = l[..m.start()].rfind(": ").map_or(0, |i| i + 2);
             out.push(l[start..].trim().to_string());
+        } else {
+            rest.push_str(&super::digits_masked(l.trim()).to_lowercase());
+            rest.push('\n');
         }
     }
-    out
+    (out, key64(&rest))
+}
+
+/// The key of one error line as outcomes compare it (paths, numbers, identifiers masked).
+fn line_key(line: &str) -> u64 {
+    key64(&mask(line, false))
+}
+
+/// Calls after which an error line must have been printed, each with another rest of output,
+/// before it is the environment's and not the call's.
+const AMBIENT_AFTER: usize = 3;
+/// Error lines followed per task.
+const LINES_FOLLOWED: usize = 24;
+
+/// Error lines the agent's environment prints whatever the call does — an interpreter's
+/// warning, a locale complaint, a banner — learned per task: a line printed after
+/// [`AMBIENT_AFTER`] different calls, each of which printed something else besides, is context,
+/// not the call's failure signature. A failure the calls share has the same rest each time (the
+/// same traceback, the same rejection message around a different preview, nothing at all), and
+/// a failure one call keeps hitting is one call: neither is ever ambient.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AmbientLines {
+    /// Per error line followed (its key): the calls it was printed after, with the key of the
+    /// rest of their output; oldest line first.
+    seen: std::collections::VecDeque<AmbientLine>,
+}
+
+/// One error line followed: its key and the calls it was printed after, each with the key of
+/// the rest of that call's output.
+pub type AmbientLine = (u64, Vec<(u64, u64)>);
+
+impl AmbientLines {
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    /// What changed from `prev` to `self`: the lines added or with new sightings (in order) and
+    /// the lines forgotten. Lines are only added at the back and changed in place, so applying
+    /// the change to `prev` gives `self`.
+    pub fn changes_since(&self, prev: &AmbientLines) -> (Vec<AmbientLine>, Vec<u64>) {
+        let set = self
+            .seen
+            .iter()
+            .filter(|l| !prev.seen.contains(l))
+            .cloned()
+            .collect();
+        let gone = prev
+            .seen
+            .iter()
+            .filter(|(k, _)| !self.seen.iter().any(|(l, _)| l == k))
+            .map(|(k, _)| *k)
+            .collect();
+        (set, gone)
+    }
+
+    /// Apply [`AmbientLines::changes_since`].
+    pub fn apply(&mut self, set: Vec<AmbientLine>, gone: &[u64]) {
+        self.seen.retain(|(k, _)| !gone.contains(k));
+        for (k, sightings) in set {
+            match self.seen.iter_mut().find(|(l, _)| *l == k) {
+                Some(slot) => slot.1 = sightings,
+                None => self.seen.push_back((k, sightings)),
+            }
+        }
+    }
+
+    /// Note that `line` was printed after call `call`, the rest of whose output has key `rest`;
+    /// true when the line is now the environment's.
+    fn note(&mut self, line: u64, call: u64, rest: u64) -> bool {
+        let i = match self.seen.iter().position(|(l, _)| *l == line) {
+            Some(i) => i,
+            None => {
+                if self.seen.len() >= LINES_FOLLOWED {
+                    // Forget the line followed longest that is not the environment's.
+                    let evict = self
+                        .seen
+                        .iter()
+                        .position(|(_, s)| s.len() < AMBIENT_AFTER)
+                        .unwrap_or(0);
+                    self.seen.remove(evict);
+                }
+                self.seen.push_back((line, Vec::new()));
+                self.seen.len() - 1
+            }
+        };
+        let sightings = &mut self.seen[i].1;
+        if sightings.len() < AMBIENT_AFTER && !sightings.iter().any(|(c, r)| *c == call || *r == rest)
+        {
+            sightings.push((call, rest));
+        }
+        sightings.len() >= AMBIENT_AFTER
+    }
+}
+
+/// The outcome of a call's output in its task: its error lines, less those the environment
+/// prints whatever the call does ([`AmbientLines`], updated with this output).
+pub fn outcome_in_task(output: &str, call: u64, ambient: &mut AmbientLines) -> Option<Outcome> {
+    let (lines, rest) = error_lines_and_rest(output);
+    let kept: Vec<String> = lines
+        .into_iter()
+        .filter(|l| !ambient.note(line_key(l), call, rest))
+        .collect();
+    outcome_of_lines(&kept, rest)
 }
 
 fn key_of(lines: &[String], quotes: bool) -> u64 {
@@ -171,7 +299,11 @@ pub fn template_key(message: &str) -> u64 {
 
 /// The outcome of an output, if it ends in an error or a "nothing found".
 pub fn outcome_of(output: &str) -> Option<Outcome> {
-    let lines = error_lines(output);
+    let (lines, rest) = error_lines_and_rest(output);
+    outcome_of_lines(&lines, rest)
+}
+
+fn outcome_of_lines(lines: &[String], rest: u64) -> Option<Outcome> {
     if lines.is_empty() {
         return None;
     }
@@ -193,6 +325,7 @@ pub fn outcome_of(output: &str) -> Option<Outcome> {
         text: super::head_tail(&text, TEXT_KEPT_CHARS),
         names,
         refused: last.iter().any(|l| REFUSED.is_match(l)),
+        rest,
     })
 }
 
@@ -267,6 +400,63 @@ mod tests {
         let c = out("METAR WSSS 312000Z 24/24 Q1011 NSW: module 'metar.Metar' has no attribute 'report'\nScript completed successfully, no errors.\n");
         assert_eq!(b.template, c.template);
         assert!(outcome_of("UserWarning: deprecated, import from cbor2\n").is_none());
+    }
+
+    #[test]
+    fn a_line_every_call_prints_is_the_environments_not_the_calls() {
+        let banner = "bash: warning: setlocale: LC_ALL: cannot change locale (en_US.UTF-8)";
+        let mut ambient = AmbientLines::default();
+        let outcomes: Vec<Option<Outcome>> = ["ls src", "python -c 'print(42)'", "cat setup.cfg"]
+            .iter()
+            .zip(["a.py\nb.py", "42", "[metadata]\nname = x"])
+            .enumerate()
+            .map(|(i, (call, out))| {
+                outcome_in_task(&format!("{banner}\n{out}"), super::key64(call) + i as u64, &mut ambient)
+            })
+            .collect();
+        assert!(outcomes[0].is_some() && outcomes[1].is_some());
+        assert_eq!(outcomes[2], None, "printed after three different calls: the environment's");
+        // A real failure after it is still the call's.
+        let o = outcome_in_task(
+            &format!("{banner}\nTraceback (most recent call last):\n  File \"t.py\", line 1\nKeyError: 'x'"),
+            7,
+            &mut ambient,
+        )
+        .expect("the KeyError");
+        assert_eq!(o.text, "KeyError: 'x'");
+    }
+
+    #[test]
+    fn a_failure_the_calls_share_or_one_call_keeps_hitting_is_never_ambient() {
+        let mut ambient = AmbientLines::default();
+        let rejected = |preview: &str| {
+            format!("Your proposed edit has introduced new syntax error(s).\nERRORS:\n- E999 IndentationError: unexpected indent\n[File: /r/a.py (9 lines total)]\n1:{preview}\nYour changes have NOT been applied.")
+        };
+        for (i, preview) in ["x = 1", "  y = 2", "   z = 3", "w = 4"].iter().enumerate() {
+            let o = outcome_in_task(&rejected(preview), 100 + i as u64, &mut ambient);
+            assert!(o.is_some(), "edit {i}: the same rejection around another preview");
+        }
+        for i in 0..5 {
+            let o = outcome_in_task(
+                &format!("debug line {i}\nAssertionError: expected 3"),
+                9,
+                &mut ambient,
+            );
+            assert!(o.is_some(), "run {i} of one script");
+        }
+    }
+
+    #[test]
+    fn ambient_lines_changes_apply_to_the_state_before() {
+        let mut a = AmbientLines::default();
+        a.note(1, 10, 100);
+        let before = a.clone();
+        a.note(1, 11, 101);
+        a.note(2, 10, 100);
+        let (set, gone) = a.changes_since(&before);
+        let mut b = before;
+        b.apply(set, &gone);
+        assert_eq!(a, b);
     }
 
     #[test]

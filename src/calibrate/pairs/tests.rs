@@ -170,6 +170,7 @@ fn calibration_measures_the_engines_own_rule() {
                     external: false,
                     outcome: None,
                     echo: 0,
+                    residue: None,
                 }),
                 passive: false,
             },

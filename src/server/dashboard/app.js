@@ -335,6 +335,7 @@ function verdictItem(v, shown, taskId) {
         { class: "line1" },
         h("span", { class: "badge b-type" }, words(v.event_type)),
         kindBadge(v.kind, v.counted),
+        v.rule ? h("span", { class: "badge b-rule", title: "the detection rule behind this verdict" }, v.rule) : null,
         sim,
         v.loop && !v.counted ? h("span", { class: "count" }, "not counted") : null,
         v.task_id !== taskId ? h("span", { class: "agent" }, `subtask ${v.task_id}`) : null,

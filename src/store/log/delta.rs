@@ -7,6 +7,7 @@
 use crate::state::{
     Entry, EntryBody, MetricsObs, PeriodicRun, ProgressMark, StreamTail, TaskState, VerdictSummary,
 };
+use crate::signature::AmbientLine;
 use crate::verdict::TaskStatus;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -197,6 +198,11 @@ pub struct StateDelta {
     pub streams_set: BTreeMap<String, StreamTail>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub streams_gone: Vec<String>,
+    /// Ambient error lines added or seen after another call, and lines forgotten.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ambient_set: Vec<AmbientLine>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ambient_gone: Vec<u64>,
     pub created_ts: i64,
     pub updated_ts: i64,
 }
@@ -231,9 +237,11 @@ impl StateDelta {
             goal,
             judge_calls,
             streams,
+            ambient,
             created_ts,
             updated_ts,
         } = next;
+        let (ambient_set, ambient_gone) = ambient.changes_since(&prev.ambient);
         let mut window_seq = Seq::between(&prev.window, window);
         let window_push = match &mut window_seq {
             Seq::Edit { push, .. } => PushedEntry::encode(&prev.window, std::mem::take(push)),
@@ -275,6 +283,8 @@ impl StateDelta {
                 .filter(|id| !streams.contains_key(*id))
                 .cloned()
                 .collect(),
+            ambient_set,
+            ambient_gone,
             created_ts: *created_ts,
             updated_ts: *updated_ts,
         }
@@ -327,6 +337,7 @@ impl StateDelta {
             to.streams.remove(id);
         }
         to.streams.extend(self.streams_set);
+        to.ambient.apply(self.ambient_set, &self.ambient_gone);
         to.created_ts = self.created_ts;
         to.updated_ts = self.updated_ts;
         Ok(())

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Regenerate the rule tables of docs/DETECTION.md (between the `rules:` markers) from the labelled
+# runs in the shared data:
+#
+#   docs/rules.sh [DATA_DIR]      (DATA_DIR defaults to ../shared/data)
+#
+# For each labelled set — the SWE-agent runs with the three control files, the ReAct runs, the
+# ChatDev collaboration chains — `loopguard eval --by-rule --ablate --folds 2 --seed 1` measures
+# every rule of the table at the default configuration: the runs it fired first on, the loops
+# only it catches on time and the false alarms only it raises (each rule left out in turn), and
+# whether each fold's other half keeps it. Then the same with a judge that always says "no
+# progress", which is what the judge's questions can add at most. The full reports go to
+# docs/rules/ (JSON and Markdown); DETECTION.md gets the tables.
+#
+# About 25 minutes on 2 cores (most of it embedding the runs' texts once per set and judge).
+# LOOPGUARD_* environment variables are ignored, so the result depends on the data only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=$(cd "${1:-../shared/data}" && pwd)
+OUT=docs/rules
+mkdir -p "$OUT"
+for v in $(compgen -e | grep '^LOOPGUARD_' || true); do unset "$v"; done
+
+python3 models/fetch.py
+cargo build --release --quiet
+LG="./target/release/loopguard --log error"
+RUNS=$DATA/runs
+started=$SECONDS
+step() { echo "== $* ($((SECONDS - started)) s)" >&2; }
+
+measure() { # NAME LABELLED [eval options...]
+    local name=$1 labelled=$2
+    shift 2
+    step "$name"
+    $LG eval "$labelled" --by-rule --ablate --folds 2 --seed 1 --json "$OUT/$name.json" "$@" \
+        > "$OUT/$name.md"
+}
+
+measure swe "$RUNS/swe_agent_labelled_dev.jsonl" \
+    --control "$RUNS/swe_deepseek_healthy.jsonl" \
+    --control "$RUNS/taubench_airline.jsonl" \
+    --control "$RUNS/sweagent_demos.jsonl"
+measure react "$RUNS/react_hotpotqa_labelled_dev.jsonl"
+measure chatdev "$RUNS/chatdev_collab_labelled_dev.jsonl"
+measure swe-judge "$RUNS/swe_agent_labelled_dev.jsonl" --judge-always no-progress \
+    --control "$RUNS/swe_deepseek_healthy.jsonl" \
+    --control "$RUNS/taubench_airline.jsonl" \
+    --control "$RUNS/sweagent_demos.jsonl"
+measure react-judge "$RUNS/react_hotpotqa_labelled_dev.jsonl" --judge-always no-progress
+
+step "DETECTION.md"
+python3 - "$OUT" docs/DETECTION.md <<'PY'
+import re, sys
+out, doc = sys.argv[1], sys.argv[2]
+sets = [
+    ("swe", "SWE-agent dev set (150 runs) with the three control files, no judge"),
+    ("react", "ReAct dev set (64 runs), no judge"),
+    ("chatdev", "ChatDev collaboration chains (36 runs), no judge"),
+    ("swe-judge", "SWE-agent dev set and controls, a judge that always says \"no progress\""),
+    ("react-judge", "ReAct dev set, a judge that always says \"no progress\""),
+]
+parts = []
+for name, title in sets:
+    md = open(f"{out}/{name}.md").read()
+    headline = md.split("\n\n")[2] if md.count("\n\n") > 2 else ""
+    rules = md[md.index("## Rules"):md.index("## Definitions")].split("\n", 1)[1].strip()
+    parts.append(f"#### {title}\n\n{headline}\n\n{rules}\n")
+block = "\n".join(parts)
+text = open(doc).read()
+begin, end = "<!-- rules:begin (docs/rules.sh writes this part) -->", "<!-- rules:end -->"
+if begin not in text or end not in text:
+    sys.exit(f"{doc}: the rules markers are missing")
+head, rest = text.split(begin, 1)
+_, tail = rest.split(end, 1)
+open(doc, "w").write(f"{head}{begin}\n\n{block}\n{end}{tail}")
+PY
+step "done"

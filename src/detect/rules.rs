@@ -1,0 +1,317 @@
+//! The rule table: every detection rule and every question for the judge, in priority order.
+//!
+//! A rule is one unit of detection with a stable id (`dead_end.unmoved_reruns`), a one-line
+//! statement, the settings it reads, and an outcome — a loop ([`Finding`]) or a question for the
+//! judge ([`Question`]). For each event the engine runs the table top to bottom: the first loop
+//! rule that fires (of a kind switched on in `[detect.enabled]`) is the verdict's finding; when
+//! none does, the first question that fires goes to the judge. A rule switched off in
+//! `detect.rules_off` is skipped. The id travels with the verdict (`rule`), its audit record, the
+//! `rule` label of the loop metric, the dashboard, `score` and its HTML report, and
+//! `loopguard eval --by-rule` measures every rule by it. `loopguard rules` prints the table.
+
+use super::questions::{self, Question};
+use super::{
+    budget, collaboration, content, cycle, dead_end, enabled, finding, negative, regression,
+    repeat, response, steps, transitions, Ctx, Finding,
+};
+use crate::verdict::LoopKind;
+
+/// What a rule found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Hit {
+    /// A loop.
+    Loop(Finding),
+    /// A case only the judge can decide.
+    Ask(Question),
+}
+
+/// What a rule decides.
+#[derive(Clone, Copy)]
+pub enum Check {
+    Loop(fn(&Ctx<'_>) -> Option<Finding>),
+    Ask(fn(&Ctx<'_>) -> Option<Question>),
+}
+
+/// One rule of the table.
+pub struct Rule {
+    /// Stable id, `family.name`: what verdicts, metrics and reports call it.
+    pub id: &'static str,
+    /// The kinds its loops are reported as (a question: what a "loop" answer counts as).
+    pub kinds: &'static [LoopKind],
+    /// What it says, in one line.
+    pub statement: &'static str,
+    /// The configuration keys it reads.
+    pub settings: &'static [&'static str],
+    pub check: Check,
+}
+
+impl Rule {
+    pub fn is_question(&self) -> bool {
+        matches!(self.check, Check::Ask(_))
+    }
+}
+
+use LoopKind as K;
+
+/// Every rule, in priority order: loop rules first (the first finding wins; a cycle in progress
+/// wins over the repeats inside it, so it is counted once per period), then the judge's
+/// questions.
+pub static RULES: &[Rule] = &[
+    Rule {
+        id: "budget.max_events",
+        kinds: &[K::Budget],
+        statement: "the task's event count passed its budget; nothing resets it",
+        settings: &["detect.budget.max_events"],
+        check: Check::Loop(budget::detect),
+    },
+    Rule {
+        id: "content.self_repeat",
+        kinds: &[K::ContentLoop],
+        statement: "one response, or the stream of its chunks, repeats a sentence, a block or a run of words back to back",
+        settings: &["detect.content.*"],
+        check: Check::Loop(content::detect),
+    },
+    Rule {
+        id: "regression.worse_each_time",
+        kinds: &[K::Regression],
+        statement: "test results from one source got worse on each of the last attempts, even when the errors differ",
+        settings: &["detect.regression.attempts"],
+        check: Check::Loop(regression::detect),
+    },
+    Rule {
+        id: "collaboration.same_request",
+        kinds: &[K::CollaborationLoop],
+        statement: "agent A asks agent B what it asked before, reworded or not",
+        settings: &["detect.similarity.collaboration", "detect.repeats.collaboration"],
+        check: Check::Loop(collaboration::detect),
+    },
+    Rule {
+        id: "cycle.period",
+        kinds: &[K::Cycle],
+        statement: "the last p work events repeat the p before them (periods min_period..=max_period), exactly or reworded",
+        settings: &["detect.cycles.min_period", "detect.cycles.max_period", "detect.cycles.repetitions"],
+        check: Check::Loop(cycle::period),
+    },
+    Rule {
+        id: "cycle.replay",
+        kinds: &[K::Cycle],
+        statement: "a longer block of work replayed in order, caught a few steps in (sooner when the steps re-hit the block's dead ends)",
+        settings: &["detect.cycles.replay_max_period", "detect.cycles.replay_streak", "detect.cycles.replay_streak_at_a_dead_end"],
+        check: Check::Loop(cycle::replay_rule),
+    },
+    Rule {
+        id: "repeat.failure",
+        kinds: &[K::ExactRepeat, K::SemanticRepeat],
+        statement: "a failure matches an earlier one, exactly, normalised or reworded",
+        settings: &["detect.similarity.failure", "detect.repeats.failure"],
+        check: Check::Loop(repeat::failure),
+    },
+    Rule {
+        id: "repeat.tool_call",
+        kinds: &[K::ExactRepeat, K::SemanticRepeat],
+        statement: "a tool call and its result match earlier ones, near-consecutive, with no new work between",
+        settings: &["detect.similarity.tool_call", "detect.similarity.result", "detect.repeats.tool_call", "detect.repeats.max_between"],
+        check: Check::Loop(repeat::tool_call),
+    },
+    Rule {
+        id: "response.repeat",
+        kinds: &[K::ExactRepeat, K::SimilarResponse],
+        statement: "a response says what recent responses said, with no new work between",
+        settings: &["detect.similarity.response", "detect.repeats.response", "detect.responses.window"],
+        check: Check::Loop(response::detect),
+    },
+    Rule {
+        id: "negative.nothing_found_alike",
+        kinds: &[K::ResultRepeat],
+        statement: "calls in a row each find nothing and say so alike, apart from what they asked (another name, a rewording)",
+        settings: &["detect.repeats.negative_result", "detect.repeats.nothing_found_alike"],
+        check: Check::Loop(negative::nothing_found_alike_rule),
+    },
+    Rule {
+        id: "negative.in_a_row",
+        kinds: &[K::SameError, K::ResultRepeat],
+        statement: "calls, however varied, keep ending in the same error or the same \"nothing found\"",
+        settings: &["detect.similarity.result", "detect.repeats.negative_result", "detect.repeats.max_between"],
+        check: Check::Loop(negative::in_a_row),
+    },
+    Rule {
+        id: "finding.same_finding",
+        kinds: &[K::ResultRepeat],
+        statement: "calls worded differently find the same thing, their results differing only where they quote their own query",
+        settings: &["detect.repeats.same_finding_window", "detect.repeats.tool_call"],
+        check: Check::Loop(finding::detect),
+    },
+    Rule {
+        id: "dead_end.same_attempt",
+        kinds: &[K::SameError, K::ResultRepeat],
+        statement: "the same attempt, reworded or not, ends in the same error lines, nearly consecutively",
+        settings: &["detect.dead_ends.occurrences", "detect.dead_ends.same_attempt_window", "detect.dead_ends.attempt_similarity"],
+        check: Check::Loop(dead_end::same_attempt_rule),
+    },
+    Rule {
+        id: "dead_end.back_to_rejected",
+        kinds: &[K::SameError, K::ResultRepeat],
+        statement: "an attempt already rejected is sent again after variants rejected the same way",
+        settings: &["detect.dead_ends.occurrences", "detect.dead_ends.same_attempt_window"],
+        check: Check::Loop(dead_end::back_to_rejected),
+    },
+    Rule {
+        id: "dead_end.resent_in_a_row",
+        kinds: &[K::SameError, K::ResultRepeat],
+        statement: "attempts in a row end in exactly the same error, one of them re-sent after it was rejected",
+        settings: &["detect.dead_ends.occurrences"],
+        check: Check::Loop(dead_end::resent_in_a_row),
+    },
+    Rule {
+        id: "dead_end.refused_as_written",
+        kinds: &[K::SameError],
+        statement: "calls in a row are refused as written (a syntax error, an unknown option) with the same refusal: none of them ran",
+        settings: &["detect.dead_ends.occurrences"],
+        check: Check::Loop(dead_end::refused_as_written),
+    },
+    Rule {
+        id: "dead_end.reworded_change",
+        kinds: &[K::SameError, K::ResultRepeat],
+        statement: "one step fails exactly the same way with only rewordings of one change between its runs",
+        settings: &["detect.dead_ends.occurrences", "detect.dead_ends.span_window", "detect.dead_ends.change_similarity"],
+        check: Check::Loop(dead_end::reworded_change),
+    },
+    Rule {
+        id: "dead_end.guess_by_name",
+        kinds: &[K::SameError],
+        statement: "one step fails with the same kind of error, each time about the name the change before it tried",
+        settings: &["detect.dead_ends.occurrences", "detect.dead_ends.span_window"],
+        check: Check::Loop(dead_end::guesses_by_name),
+    },
+    Rule {
+        id: "dead_end.unmoved_reruns",
+        kinds: &[K::SameError],
+        statement: "the very same call fails with the very same error lines, as written, again and again with other work between",
+        settings: &["detect.dead_ends.unmoved_reruns", "detect.dead_ends.rerun_window"],
+        check: Check::Loop(dead_end::unmoved_reruns_rule),
+    },
+    Rule {
+        id: "steps.limit",
+        kinds: &[K::StepLimit],
+        statement: "a workflow step is entered more often than its limit",
+        settings: &["detect.steps.*"],
+        check: Check::Loop(steps::detect),
+    },
+    Rule {
+        id: "transitions.cycle",
+        kinds: &[K::TransitionCycle],
+        statement: "the same sequence of step transitions repeats",
+        settings: &["detect.transitions.*"],
+        check: Check::Loop(transitions::detect),
+    },
+    Rule {
+        id: "judge.grey_band",
+        kinds: &[K::SemanticRepeat],
+        statement: "the best match is just below its threshold and a match would have made a loop",
+        settings: &["detect.similarity.grey_band"],
+        check: Check::Ask(questions::grey_band),
+    },
+    Rule {
+        id: "judge.different_attempts",
+        kinds: &[K::SameError],
+        statement: "different attempts in a row end in the same error: ruling options out, or stuck?",
+        settings: &["detect.dead_ends.occurrences"],
+        check: Check::Ask(questions::different_attempts),
+    },
+    Rule {
+        id: "judge.different_changes",
+        kinds: &[K::SameError],
+        statement: "the same step fails the same way, as written, after different changes",
+        settings: &["detect.dead_ends.occurrences", "detect.dead_ends.span_window", "detect.dead_ends.rerun_window"],
+        check: Check::Ask(questions::different_changes),
+    },
+    Rule {
+        id: "judge.redone_calls",
+        kinds: &[K::SemanticRepeat, K::Cycle],
+        statement: "the very same calls redone with outputs that barely moved: a poll, or a step redone for nothing?",
+        settings: &["judge.redone_result_overlap", "detect.cycles.max_period"],
+        check: Check::Ask(questions::redone_calls),
+    },
+    Rule {
+        id: "judge.timeouts",
+        kinds: &[K::SameError],
+        statement: "calls time out again and again within the dead-end window, whatever was between",
+        settings: &["judge.ask_after_timeouts", "detect.dead_ends.span_window"],
+        check: Check::Ask(questions::timeouts),
+    },
+    Rule {
+        id: "judge.failures_in_a_row",
+        kinds: &[K::Regression],
+        statement: "failures in a row with no objective progress signal: moving toward the goal?",
+        settings: &["judge.ask_after_failures"],
+        check: Check::Ask(questions::failures_in_a_row),
+    },
+];
+
+/// The rule with this id.
+pub fn by_id(id: &str) -> Option<&'static Rule> {
+    RULES.iter().find(|r| r.id == id)
+}
+
+/// Run the table: the first loop rule that fires (of a kind switched on), else the first
+/// question. Rules in `detect.rules_off` are skipped.
+pub fn run(ctx: &Ctx<'_>) -> Option<Hit> {
+    let on = |r: &&Rule| !ctx.cfg.rules_off.iter().any(|id| id == r.id);
+    // Questions come after every loop rule (a test holds the table to it): the first one that
+    // fires is asked only when no loop rule fired.
+    for rule in RULES.iter().filter(on) {
+        match rule.check {
+            Check::Loop(check) => {
+                if let Some(mut f) = check(ctx).filter(|f| enabled(ctx.cfg, f.kind)) {
+                    f.rule = rule.id;
+                    return Some(Hit::Loop(f));
+                }
+            }
+            Check::Ask(ask) => {
+                if let Some(mut q) = ask(ctx) {
+                    q.rule = rule.id;
+                    return Some(Hit::Ask(q));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The table as Markdown: id, kinds, statement, settings (docs/DETECTION.md's rule table).
+pub fn markdown() -> String {
+    let mut out = String::from("| # | rule | outcome | kinds | what it says | settings |\n|---|---|---|---|---|---|\n");
+    for (i, r) in RULES.iter().enumerate() {
+        let kinds: Vec<&str> = r.kinds.iter().map(|k| k.as_str()).collect();
+        let settings: Vec<String> = r.settings.iter().map(|s| format!("`{s}`")).collect();
+        out.push_str(&format!(
+            "| {} | `{}` | {} | {} | {} | {} |\n",
+            i + 1,
+            r.id,
+            if r.is_question() { "question" } else { "loop" },
+            kinds.join(", "),
+            r.statement,
+            settings.join(", ")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RULES;
+
+    #[test]
+    fn ids_are_unique_and_loops_come_before_questions() {
+        let mut ids: Vec<&str> = RULES.iter().map(|r| r.id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), RULES.len());
+        let first_question = RULES.iter().position(|r| r.is_question()).unwrap();
+        assert!(RULES[first_question..].iter().all(|r| r.is_question()));
+        for r in RULES {
+            let (family, name) = r.id.split_once('.').expect("family.name");
+            assert!(!family.is_empty() && !name.is_empty() && !name.contains('.'));
+        }
+    }
+}
