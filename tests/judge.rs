@@ -576,4 +576,5 @@ async fn a_third_launch_timing_out_is_a_question_not_two() {
         "{}",
         vs[4].reason
     );
+    assert_eq!(vs[4].rule.as_deref(), Some("judge.timeouts"));
 }

@@ -1,0 +1,227 @@
+//! Legitimate repetition that other agents' runs are full of, on the real model and the default
+//! configuration: each class below was a false alarm on a second SWE agent's runs (a bash-only
+//! agent, another output format) and must stay quiet whatever the agent. Next to each, the loop
+//! it must not be confused with still fires, so a test cannot pass by silencing a rule.
+
+mod common;
+
+use common::*;
+use loopguard::Config;
+use serde_json::json;
+
+fn first_loop(vs: &[loopguard::Verdict]) -> Option<usize> {
+    vs.iter().position(|v| v.is_loop)
+}
+
+fn bash(command: &str, output: &str) -> loopguard::Envelope {
+    call_with("t", "bash", json!({ "command": command }), output, false)
+}
+
+fn quiet(vs: &[loopguard::Verdict]) {
+    assert_eq!(
+        first_loop(vs),
+        None,
+        "{:#?}",
+        vs.iter()
+            .filter(|v| v.is_loop)
+            .map(|v| (v.seq, &v.rule, &v.reason))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A line this machine prints after every command, whatever it does.
+const BANNER: &str = "bash: warning: setlocale: LC_ALL: cannot change locale (en_US.UTF-8)";
+
+#[tokio::test]
+async fn a_line_every_command_prints_is_context_not_the_same_error() {
+    let e = engine(Config::default());
+    let with = |out: &str| format!("{BANNER}\n{out}");
+    let vs = feed(
+        &e,
+        vec![
+            bash("ls src", &with("app.py\ncli.py\nio.py")),
+            bash("python reproduce.py", &with("Traceback (most recent call last):\n  File \"reproduce.py\", line 3, in <module>\n    load('x')\nKeyError: 'x'")),
+            bash("sed -n 1,40p src/io.py", &with("def load(name):\n    return TABLE[name]")),
+            bash("sed -i 's/TABLE\\[name\\]/TABLE.get(name)/' src/io.py", &with("")),
+            bash("python reproduce.py", &with("loaded: None")),
+            bash("python -m pytest tests/test_io.py -q", &with("5 passed in 0.31s")),
+            bash("python -m pytest tests/test_cli.py -q", &with("3 passed in 0.20s")),
+            bash("python -m pytest tests/test_app.py -q", &with("7 passed in 0.52s")),
+            bash("git diff --stat", &with(" src/io.py | 2 +-\n 1 file changed")),
+        ],
+    )
+    .await;
+    quiet(&vs);
+}
+
+#[tokio::test]
+async fn the_same_error_after_the_same_attempt_is_still_a_loop_under_a_banner() {
+    let e = engine(Config::default());
+    let fail = format!("{BANNER}\nTraceback (most recent call last):\n  File \"reproduce.py\", line 3, in <module>\n    load('x')\nKeyError: 'x'");
+    let vs = feed(
+        &e,
+        vec![
+            bash("ls src", &format!("{BANNER}\napp.py")),
+            bash("cat setup.cfg", &format!("{BANNER}\n[metadata]")),
+            bash("python reproduce.py", &fail),
+            bash("python3 reproduce.py", &fail),
+            bash("cd /repo && python reproduce.py", &fail),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(4), "{vs:#?}");
+}
+
+#[tokio::test]
+async fn a_check_run_with_without_and_with_a_change_again_is_verification() {
+    let e = engine(Config::default());
+    let failing = "F\n=================================== FAILURES ===================================\n___________________________________ test_sum ___________________________________\n    def test_sum():\n>       assert add(1, 2) == 4\nE       assert 3 == 4\ntests/test_a.py:5: AssertionError\n=========================== short test summary info ============================\nFAILED tests/test_a.py::test_sum - assert 3 == 4\n1 failed in 0.12s";
+    let stashed = format!("Saved working directory and index state WIP on main: 1a2b3c4 Fix add\n{failing}\nOn branch main\nChanges not staged for commit:\n\tmodified:   src/a.py\nDropped refs/stash@{{0}} (5d6e7f8a9b)");
+    let vs = feed(
+        &e,
+        vec![
+            bash("python -m pytest tests/test_a.py -q", failing),
+            bash(
+                "git stash && python -m pytest tests/test_a.py -q; git stash pop",
+                &stashed,
+            ),
+            bash("python -m pytest tests/test_a.py -q", failing),
+        ],
+    )
+    .await;
+    quiet(&vs);
+    // Toggled as separate calls, with the fix making the difference each time.
+    let e = engine(Config::default());
+    let passing = "1 passed in 0.10s";
+    let vs = feed(
+        &e,
+        vec![
+            bash("python -m pytest tests/test_a.py -q", failing),
+            bash("sed -i 's/a - b/a + b/' src/a.py", ""),
+            bash("python -m pytest tests/test_a.py -q", passing),
+            bash("git stash", "Saved working directory and index state WIP on main: 1a2b3c4 Fix add"),
+            bash("python -m pytest tests/test_a.py -q", failing),
+            bash("git stash pop", "On branch main\nChanges not staged for commit:\n\tmodified:   src/a.py"),
+            bash("python -m pytest tests/test_a.py -q", passing),
+        ],
+    )
+    .await;
+    quiet(&vs);
+}
+
+#[tokio::test]
+async fn checks_rerun_with_different_selections_are_different_work() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            bash("python -m pytest tests/test_io.py -k read -q", "1 passed, 11 deselected in 0.05s"),
+            bash("python -m pytest tests/test_io.py -k write -q", "1 passed, 11 deselected in 0.05s"),
+            bash("python -m pytest tests/test_io.py -k append -q", "1 passed, 11 deselected in 0.06s"),
+            bash("python -m pytest tests/test_io.py -k seek -q", "1 passed, 11 deselected in 0.05s"),
+        ],
+    )
+    .await;
+    quiet(&vs);
+    // A build of one file, then of another, then a grep of the second build's log.
+    let e = engine(Config::default());
+    let warn = "src/util.c: In function 'pad':\nsrc/util.c:12:5: warning: unused variable 'n' [-Wunused-variable]\n   12 |     int n;\n      |     ^\nsrc/util.c: error: build failed";
+    let vs = feed(
+        &e,
+        vec![
+            bash("gcc -c src/util.c -o build/util.o 2>&1 | tee build.log", warn),
+            bash("gcc -c src/pad.c -o build/pad.o 2>&1 | tee build.log", &warn.replace("util.c", "pad.c")),
+            bash("grep -n error build.log", "5:src/pad.c: error: build failed"),
+        ],
+    )
+    .await;
+    quiet(&vs);
+}
+
+#[tokio::test]
+async fn experiments_that_each_try_another_option_and_learn_something_are_not_a_loop() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            bash(
+                "python -W error::DeprecationWarning reproduce.py",
+                "Traceback (most recent call last):\n  File \"reproduce.py\", line 2, in <module>\n    import legacy\nDeprecationWarning: legacy is deprecated\nValueError: bad config",
+            ),
+            bash(
+                "python -X dev reproduce.py",
+                "reproduce.py:2: ResourceWarning: unclosed file <_io.TextIOWrapper name='cfg.ini'>\nValueError: bad config",
+            ),
+            bash(
+                "python -X importtime reproduce.py",
+                "import time: self [us] | cumulative | imported package\nimport time:       812 |        812 | legacy\nValueError: bad config",
+            ),
+        ],
+    )
+    .await;
+    quiet(&vs);
+}
+
+#[tokio::test]
+async fn an_alternation_that_ends_after_two_turns_is_not_yet_a_loop() {
+    let e = engine(Config::default());
+    let edit = |line: u32| {
+        bash(
+            &format!("sed -i '{line}s/x = 1/x = 2/' src/a.py"),
+            "",
+        )
+    };
+    let show = || bash("sed -n 10,14p src/a.py", "x = 1\ny = 2");
+    let vs = feed(
+        &e,
+        vec![
+            edit(12),
+            show(),
+            edit(12),
+            show(),
+            // Corrected at once: the edit at the right line.
+            bash("sed -i '11s/x = 1/x = 2/' src/a.py", ""),
+            bash("sed -n 10,14p src/a.py", "x = 2\ny = 2"),
+        ],
+    )
+    .await;
+    quiet(&vs);
+    // The same alternation going on into a third turn is one.
+    let e = engine(Config::default());
+    let vs = feed(&e, vec![edit(12), show(), edit(12), show(), edit(12), show()]).await;
+    assert!(first_loop(&vs).is_some(), "{vs:#?}");
+}
+
+#[tokio::test]
+async fn the_harness_rejecting_the_reply_for_its_format_again_and_again_is_a_loop() {
+    // Not a tool call: the harness answers the reply itself. Reported as failures, or as a
+    // tool result flagged as an error, it counts like any other repeated failure.
+    let e = engine(Config::default());
+    let reject = "Please always provide EXACTLY ONE action in triple backticks, found 2 actions.";
+    let vs = feed(
+        &e,
+        vec![
+            response("t", "I will look at the parser first.\n```bash\ncat parser.py\n```\n```bash\nls\n```"),
+            failure("t", reject),
+            response("t", "Let me check the parser and the tests.\n```bash\ncat parser.py\n```\n```bash\nls tests\n```"),
+            failure("t", reject),
+            response("t", "Checking the parser module and listing tests.\n```bash\ncat parser.py\n```\n```bash\nls tests/\n```"),
+            failure("t", reject),
+        ],
+    )
+    .await;
+    let first = first_loop(&vs).expect("the repeated format rejection");
+    assert!(first <= 3, "caught at the second rejection, not later: {vs:#?}");
+    assert_eq!(vs[first].rule.as_deref(), Some("repeat.failure"));
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            call_with("t", "format_check", json!({"reply": "two actions"}), reject, true),
+            call_with("t", "format_check", json!({"reply": "two actions again"}), reject, true),
+            call_with("t", "format_check", json!({"reply": "still two actions"}), reject, true),
+        ],
+    )
+    .await;
+    assert!(first_loop(&vs).is_some(), "{vs:#?}");
+}
