@@ -56,9 +56,23 @@ check() {
     fi
 }
 
+# The anonymous volumes of the containers named *NAME* (an image's VOLUME with nothing mounted
+# there: the replicas' /var/lib/loopguard): podman-compose 1.0.3's `down -v` and `podman rm`
+# leave them behind.
+anonymous_volumes() {
+    local c v
+    for c in $(podman ps -a --filter "name=$1" --format '{{.Names}}'); do
+        for v in $(podman inspect --format '{{range .Mounts}}{{if eq .Type "volume"}}{{.Name}} {{end}}{{end}}' "$c"); do
+            if [ "$(podman volume inspect --format '{{.Anonymous}}' "$v")" = true ]; then echo "$v"; fi
+        done
+    done
+}
+
 # The containers, pods and volumes this script makes; gone before and after each run (an
 # aborted run's leftovers must not hold port 8080 or old state).
 teardown() {
+    local anonymous
+    anonymous=$(anonymous_volumes loopguard 2>/dev/null || true)
     podman rm -f -t 2 loopguard >/dev/null 2>&1 || true
     podman volume rm -f loopguard-data >/dev/null 2>&1 || true
     if [ -f deploy/compose/compose.yaml ] && command -v podman-compose >/dev/null; then
@@ -69,6 +83,7 @@ teardown() {
         podman kube down target/deploy/loopguard-0.yaml >/dev/null 2>&1 || true
     fi
     podman volume rm -f data-loopguard-0 >/dev/null 2>&1 || true
+    for v in $anonymous; do podman volume rm -f "$v" >/dev/null 2>&1 || true; done
 }
 on_exit() {
     local status=$?
@@ -237,7 +252,9 @@ restarted() {
 check "replica back" "${CHECKS[@]}" ready "$URL" 120 2
 check "replica restarted" restarted loopguard_loopguard-a_1
 check "one task state after the kill" "${CHECKS[@]}" alternating "$URL" deploy-kill-after 10
+anonymous=$(anonymous_volumes loopguard_)
 documented 'podman-compose -p loopguard -f deploy/compose/compose.yaml down -v'
+for v in $anonymous; do podman volume rm -f "$v" >/dev/null; done
 
 # --- Kubernetes -----------------------------------------------------------------------------
 step "kubernetes"
