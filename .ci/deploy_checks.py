@@ -67,6 +67,32 @@ def expect(status, body, want, what):
         raise Failed(f"{what}: HTTP {status} (wanted {want}): {body}")
 
 
+# Events refused with 503 and sent again, over the run: printed, so that a replica that keeps
+# refusing work it says it is ready for shows in the log.
+REFUSED = []
+
+
+def post_event(base, task, event, timeout=30):
+    """POST one event as a client should: a 503 applied nothing (the model still loading, or the
+    store unavailable for a moment), so it is sent again after its Retry-After, for up to ~25 s."""
+    for _ in range(100):
+        status, headers, verdict = request(base + "/v1/evaluate", "POST", envelope(task, event),
+                                           timeout=timeout)
+        if status != 503:
+            return status, headers, verdict
+        REFUSED.append((task, verdict))
+        time.sleep(min(float(headers.get("Retry-After") or 1), 1.0) / 4)
+    return status, headers, verdict
+
+
+def refused_note():
+    if not REFUSED:
+        return ""
+    reasons = sorted({v.get("message", str(v)) if isinstance(v, dict) else str(v)
+                      for _, v in REFUSED})
+    return f" ({len(REFUSED)} answers 503 and sent again: {'; '.join(reasons)})"
+
+
 def task_path(task):
     return "/v1/tasks/" + urllib.parse.quote(task, safe="")
 
@@ -119,7 +145,7 @@ def reworded_loop(base, task, loopguard_bin):
     want = json.loads(scored.stdout)["verdicts"]
     got = []
     for i, event in enumerate(run["events"]):
-        status, _, verdict = request(base + "/v1/evaluate", "POST", envelope(task, event))
+        status, _, verdict = post_event(base, task, event)
         expect(status, verdict, 200, f"event {i} of {REWORDED_RUN}")
         got.append(verdict)
     fields = ("loop", "kind", "counted", "loop_count")
@@ -177,7 +203,7 @@ def same_task(base, task, path):
     # events, on the saved loop counter, pivots and status (the fixture's loop ends paused, so it
     # is answered "paused" rather than starting afresh).
     run = fixture_run(REWORDED_RUN)
-    status, _, verdict = request(base + "/v1/evaluate", "POST", envelope(task, run["events"][-1]))
+    status, _, verdict = post_event(base, task, run["events"][-1])
     expect(status, verdict, 200, "the event after the restart")
     # seqs count a task's events from 1.
     if verdict["seq"] != before["events_total"] + 1:
@@ -211,8 +237,7 @@ def alternating(base, task, events):
     events = int(events)
     seqs, replicas = [], []
     for i in range(events):
-        status, headers, verdict = request(base + "/v1/evaluate", "POST",
-                                           envelope(task, work_event(i)))
+        status, headers, verdict = post_event(base, task, work_event(i))
         expect(status, verdict, 200, f"event {i}")
         seqs.append(verdict["seq"])
         replicas.append(upstream(headers))
@@ -257,11 +282,10 @@ def kill_replica(base, task, events, command):
     for i in range(events):
         if i == events // 3:
             killer.start()
-        status, headers, verdict = request(base + "/v1/evaluate", "POST",
-                                           envelope(task, work_event(1000 + i)), timeout=15)
+        status, headers, verdict = post_event(base, task, work_event(1000 + i), timeout=15)
         if status == 200:
             acked.append((i, verdict["seq"], upstream(headers)))
-        elif status in (0, 502, 503, 504):
+        elif status in (0, 502, 504):
             # Not acknowledged: the event may or may not have been applied (a replica killed
             # after its commit and before its answer); the client would retry or give up.
             unanswered += 1
@@ -270,9 +294,11 @@ def kill_replica(base, task, events, command):
     killer.join()
     if errors:
         raise Failed(errors[0])
-    if len(acked) < events - 5:
-        raise Failed(f"only {len(acked)} of {events} events were answered while one replica "
-                     f"was killed ({unanswered} not)")
+    # Only what was in flight at the kill, on the proxy's connections to the killed replica,
+    # may be left without an answer.
+    if unanswered > 5:
+        raise Failed(f"{unanswered} of {events} events went unanswered while one replica "
+                     f"was killed")
     seqs = [s for _, s, _ in acked]
     if any(b <= a for a, b in zip(seqs, seqs[1:])):
         raise Failed(f"an acknowledged event was lost or applied twice: seqs {seqs}")
@@ -467,8 +493,10 @@ def main(argv):
         else:
             sys.exit(f"unknown check {name!r}\n{__doc__}")
     except Failed as e:
-        print(f"FAIL: {e}", flush=True)
+        print(f"FAIL: {e}{refused_note()}", flush=True)
         sys.exit(1)
+    if REFUSED:
+        print(f"note:{refused_note()}", flush=True)
 
 
 if __name__ == "__main__":
