@@ -101,21 +101,30 @@ def envelope(task, event):
     return {"task_id": task, "agent_id": "deploy-check", "event": event}
 
 
+# Behind the proxy, how long /readyz must have been 200 without a break: longer than nginx's
+# fail_timeout (deploy/compose/nginx.conf), for which it keeps a replica it could not reach out.
+PROXY_SETTLE_SECS = 6
+
+
 def ready(base, seconds=120, replicas=1):
-    """Wait until /readyz is 200; behind the proxy, from REPLICAS different replicas."""
+    """Wait until /readyz is 200; behind the proxy, from REPLICAS different replicas, and
+    without a break for PROXY_SETTLE_SECS (replicas that started before PostgreSQL listen only
+    once it answers, and nginx keeps one it was refused by out for a while)."""
     deadline = time.monotonic() + float(seconds)
     replicas = int(replicas)
-    last, answered = None, {}
+    settle = 0 if replicas == 1 else PROXY_SETTLE_SECS
+    last, answered, since = None, {}, time.monotonic()
     while time.monotonic() < deadline:
         status, headers, body = request(base + "/readyz", timeout=5)
         if status == 200:
             answered[upstream(headers)] = body
-            if len(answered) >= replicas:
-                who = "" if replicas == 1 else f" from {sorted(answered)}"
+            if len(answered) >= replicas and time.monotonic() - since >= settle:
+                who = "" if replicas == 1 else f" from {sorted(answered)} for {settle} s"
                 ok(f"{base}/readyz is 200{who} ({body})")
                 return
+            time.sleep(0.1)
         else:
-            answered.pop(upstream(headers), None)
+            answered, since = {}, time.monotonic()
             last = (status, upstream(headers), body)
             time.sleep(0.5)
     raise Failed(f"{base}/readyz not 200 from {replicas} replica(s) within {seconds} s; "
