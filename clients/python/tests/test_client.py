@@ -49,6 +49,8 @@ def test_a_reworded_loop_climbs_warn_pivot_pause_and_a_reset_clears_it(
     # The second is the first reworded: the model, not a key, decided it.
     second = v[1]
     assert second.kind == "semantic_repeat", second.reason
+    assert second.rule == "repeat.failure"
+    assert v[0].rule is None
     assert second.counted
     assert second.similarity is not None and 0.86 <= second.similarity < 1.0
     assert second.matched is not None and second.matched.seq == 1

@@ -230,7 +230,8 @@ class Verdict:
 
     ``seq`` is the event's position in its root task, from 1; ``counted`` says whether it moved
     the loop counter (external failures never do); ``similarity`` and ``matched`` say what it was
-    compared with; ``similar_loops`` lists loops of other tasks like this one and how they ended.
+    compared with; ``rule`` names the detection rule behind it (``loopguard rules`` lists them);
+    ``similar_loops`` lists loops of other tasks like this one and how they ended.
     """
 
     task_id: str
@@ -247,6 +248,7 @@ class Verdict:
     matched: Optional[Matched] = None
     signature: Optional[Signature] = None
     judge: Optional[JudgeReport] = None
+    rule: Optional[str] = None
     similar_loops: List[SimilarLoop] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -278,6 +280,7 @@ class Verdict:
             matched=Matched.from_dict(matched) if isinstance(matched, Mapping) else None,
             signature=Signature.from_dict(signature) if isinstance(signature, Mapping) else None,
             judge=JudgeReport.from_dict(judge) if isinstance(judge, Mapping) else None,
+            rule=str(d["rule"]) if d.get("rule") is not None else None,
             similar_loops=[SimilarLoop.from_dict(s) for s in similar]
             if isinstance(similar, list)
             else [],
