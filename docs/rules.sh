@@ -9,15 +9,16 @@
 # every rule of the table at the default configuration: the runs it fired first on, the loops
 # only it catches on time and the false alarms only it raises (each rule left out in turn), and
 # whether each fold's other half keeps it. Then the same with a judge that always says "no
-# progress", which is what the judge's questions can add at most. The full reports go to
-# docs/rules/ (JSON and Markdown); DETECTION.md gets the tables.
+# progress", which is what the judge's questions can add at most. DETECTION.md gets the tables;
+# the full reports (JSON and Markdown, with excerpts of the runs, which stay out of the
+# repository) go to $RULES_OUT, a temporary directory by default.
 #
 # About 25 minutes on 2 cores (most of it embedding the runs' texts once per set and judge).
 # LOOPGUARD_* environment variables are ignored, so the result depends on the data only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=$(cd "${1:-../shared/data}" && pwd)
-OUT=docs/rules
+OUT=${RULES_OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 for v in $(compgen -e | grep '^LOOPGUARD_' || true); do unset "$v"; done
 
@@ -49,9 +50,20 @@ measure swe-judge "$RUNS/swe_agent_labelled_dev.jsonl" --judge-always no-progres
 measure react-judge "$RUNS/react_hotpotqa_labelled_dev.jsonl" --judge-always no-progress
 
 step "DETECTION.md"
+$LG rules > "$OUT/rules.md"
 python3 - "$OUT" docs/DETECTION.md <<'PY'
-import re, sys
+import sys
 out, doc = sys.argv[1], sys.argv[2]
+
+
+def splice(text, begin, end, block):
+    if begin not in text or end not in text:
+        sys.exit(f"{doc}: the markers {begin!r} are missing")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n\n{block}\n{end}{tail}"
+
+
 sets = [
     ("swe", "SWE-agent dev set (150 runs) with the three control files, no judge"),
     ("react", "ReAct dev set (64 runs), no judge"),
@@ -65,13 +77,11 @@ for name, title in sets:
     headline = md.split("\n\n")[2] if md.count("\n\n") > 2 else ""
     rules = md[md.index("## Rules"):md.index("## Definitions")].split("\n", 1)[1].strip()
     parts.append(f"#### {title}\n\n{headline}\n\n{rules}\n")
-block = "\n".join(parts)
 text = open(doc).read()
-begin, end = "<!-- rules:begin (docs/rules.sh writes this part) -->", "<!-- rules:end -->"
-if begin not in text or end not in text:
-    sys.exit(f"{doc}: the rules markers are missing")
-head, rest = text.split(begin, 1)
-_, tail = rest.split(end, 1)
-open(doc, "w").write(f"{head}{begin}\n\n{block}\n{end}{tail}")
+text = splice(text, "<!-- rules:begin (docs/rules.sh writes this part) -->", "<!-- rules:end -->",
+              "\n".join(parts))
+text = splice(text, "<!-- rules-list:begin (`loopguard rules` prints this table) -->",
+              "<!-- rules-list:end -->", open(f"{out}/rules.md").read())
+open(doc, "w").write(text)
 PY
-step "done"
+step "done (reports in $OUT)"

@@ -223,12 +223,12 @@ impl Config {
         if self.detect.window < 2 {
             return bad("detect.window", "must be at least 2".into());
         }
-        let cycle_span = c.max_period * c.repetitions + c.confirm_steps.min(c.max_period);
+        let cycle_span = c.max_period * c.repetitions;
         if self.detect.window < cycle_span {
             return bad(
                 "detect.window",
                 format!(
-                    "must hold max_period × repetitions + confirm_steps = {} events to see a cycle, got {}",
+                    "must hold max_period × repetitions = {} events to see a cycle, got {}",
                     cycle_span,
                     self.detect.window
                 ),

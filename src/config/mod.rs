@@ -281,11 +281,6 @@ pub struct DeadEnds {
     /// Cosine at which two changes are the same change reworded, compared on what differs
     /// between them.
     pub change_similarity: f32,
-    /// Different attempts in a row, or runs of one step with different changes between, ending
-    /// in exactly the same error this many times: a loop without asking (fewer stay a question
-    /// for the judge). 0 = always a question.
-    #[serde(default)]
-
     /// The very same call (a test or a script, unchanged) run this many times within
     /// `rerun_window`, other work between every two runs, each run ending in exactly the same
     /// error: the changes between never reached the failure. 0 = off; below `occurrences` it
@@ -304,10 +299,11 @@ pub struct Cycles {
     pub min_period: usize,
     pub max_period: usize,
     pub repetitions: usize,
-    /// Work events of the next turn that must repeat too before a cycle counts (A,B,A,B, then
-    /// A again): an alternation that stops after two turns is not yet a loop.
+    /// A cycle counts once its newest action has been done this many times in the window,
+    /// itself included (A,B,A,B then A at 3; at 2, A,B,A,B). 0 or 1 = as soon as the pattern
+    /// repeats.
     #[serde(default)]
-    pub confirm_steps: usize,
+    pub occurrences: usize,
     /// Longer blocks of work replayed: periods above `max_period` up to this one.
     pub replay_max_period: usize,
     /// Consecutive events that must repeat their counterpart one long period back.

@@ -29,14 +29,18 @@ pub fn period(ctx: &Ctx<'_>) -> Option<Finding> {
     let cfg = &ctx.cfg.cycles;
     let work = work(ctx)?;
     let n = work.len();
+    // The newest action's occurrences in the window, itself included.
+    let done = 1 + ctx.entry.same_as.len();
+    if done < cfg.occurrences {
+        return None;
+    }
     for p in cfg.min_period..=cfg.max_period {
-        let confirm = cfg.confirm_steps.min(p);
-        let span = p * cfg.repetitions + confirm;
+        let span = p * cfg.repetitions;
         if n < span {
             break;
         }
-        let periodic = (0..p * (cfg.repetitions - 1) + confirm)
-            .all(|i| same(work[n - 1 - i], work[n - 1 - i - p]));
+        let periodic =
+            (0..p * (cfg.repetitions - 1)).all(|i| same(work[n - 1 - i], work[n - 1 - i - p]));
         if !periodic {
             continue;
         }
@@ -153,12 +157,10 @@ pub fn redone(ctx: &Ctx<'_>, max_period: usize, min_overlap: f32) -> Option<(usi
     call(ctx.entry)?;
     // Asked about every event without a finding: only the newest blocks are looked at.
     let mut work: Vec<&Entry> = ctx
-        .state
-        .window
+        .past
         .iter()
-        .rev()
-        .filter(|e| e.is_work() && !e.is_passive())
         .take((2 * max_period).saturating_sub(1))
+        .copied()
         .collect();
     work.reverse();
     work.push(ctx.entry);

@@ -9,7 +9,7 @@
 //! the outputs must differ as given: identical outputs after different calls (an "OK", the same
 //! file printed by two commands) are common in healthy work and say nothing about a rewording.
 
-use super::dead_end::recent_work;
+use super::recent;
 use super::{Ctx, Finding};
 use crate::state::{Entry, EntryBody, ResultSig};
 use crate::verdict::LoopKind;
@@ -38,7 +38,7 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     let (call, result) = finding(ctx.entry)?;
     let mut calls = vec![call];
     let mut earlier = Vec::new();
-    for e in recent_work(ctx.state, window - 1) {
+    for e in recent(&ctx.past, window - 1) {
         if let Some((c, r)) = finding(e) {
             if r.echo == result.echo && !calls.contains(&c) {
                 calls.push(c);

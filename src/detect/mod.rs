@@ -140,6 +140,25 @@ pub struct Ctx<'a> {
     pub change_cosines: &'a [(u64, u64, f32)],
     /// A repetition inside the event's own text (a response, or the stream it continues).
     pub content: Option<&'a content::ContentRepeat>,
+    /// The task's past work as every rule reads it ([`past_work`]), built once per event.
+    pub past: Vec<&'a Entry>,
+}
+
+/// The task's past work, newest first: the window's work events (tool calls, failures,
+/// requests; thinking tools aside) before the new one. Each rule takes as much of it as its
+/// window says.
+pub fn past_work(state: &TaskState) -> Vec<&Entry> {
+    state
+        .window
+        .iter()
+        .rev()
+        .filter(|e| e.is_work() && !e.is_passive())
+        .collect()
+}
+
+/// The newest `n` of the past work.
+pub fn recent<'p, 'e>(past: &'p [&'e Entry], n: usize) -> &'p [&'e Entry] {
+    &past[..n.min(past.len())]
 }
 
 impl<'a> Ctx<'a> {

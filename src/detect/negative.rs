@@ -3,7 +3,7 @@
 //! Results that carry information (a file's content, a list of matches) never count here: only
 //! errors and empty findings, which bring no progress however the call was varied.
 
-use super::dead_end::recent_work;
+use super::recent;
 use super::repeat::strongest;
 use super::{fmt_cos, Ctx, Finding, Link};
 use crate::signature::word_overlap;
@@ -87,7 +87,9 @@ pub fn in_a_row(ctx: &Ctx<'_>) -> Option<Finding> {
 /// found nothing and said so alike, apart from what it was asked ("No matches found for
 /// \"math\"", then for \"equation\", then for \"latex\"; "Could not find [VIVA Media AG]. Similar:
 /// [...]" with the same suggestions): one guessed name or rewording after another, each a dead
-/// end. The result match keeps different names apart (another file is other work), so these
+/// end — an answer whose own lines say it found nothing (its outcome: a "No matches", a "Could
+/// not find" sentence), not a page of code that happens to say "not found". The result match
+/// keeps different names apart (another file is other work), so these
 /// never link; what they share is their residue ([`crate::signature::residue`]), compared with
 /// the one after it at `repeats.nothing_found_alike` (the Dice overlap of their words). Empty
 /// answers that suggest other things each time have taught the agent something. Errors are left
@@ -99,7 +101,9 @@ fn nothing_found_alike(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
                 result: Some(r),
                 passive: false,
                 ..
-            } if r.negative && !r.failed && !r.trivial => r.residue.as_deref(),
+            } if r.negative && !r.failed && !r.trivial && r.outcome.is_some() => {
+                r.residue.as_deref()
+            }
             _ => None,
         }
     }
@@ -107,7 +111,7 @@ fn nothing_found_alike(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     let need = ctx.cfg.repeats.negative_result;
     let alike = ctx.cfg.repeats.nothing_found_alike;
     let mut earlier = Vec::new();
-    for e in recent_work(ctx.state, need) {
+    for e in recent(&ctx.past, need) {
         match empty_finding(e) {
             Some(r) if word_overlap(r, later) >= alike => {
                 earlier.push(e.seq);
@@ -165,7 +169,7 @@ mod tests {
             .detect(detect, bash("find_file \"latex\"", &none("latex")))
             .expect("the third name that finds nothing");
         assert_eq!(f.kind, LoopKind::ResultRepeat);
-        assert!(f.reason.contains("another name"), "{}", f.reason);
+        assert!(f.reason.contains("another way"), "{}", f.reason);
         assert_eq!(f.matched, Some(2));
     }
 

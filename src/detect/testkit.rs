@@ -112,6 +112,7 @@ impl Scene {
             events_total: self.state.events_total,
             change_cosines: &p.change_cosines,
             content: None,
+            past: super::past_work(&self.state),
         }
     }
 

@@ -133,6 +133,7 @@ impl Pass {
             events_total: state.events_total,
             change_cosines: &self.change_cosines,
             content: self.content.as_ref(),
+            past: crate::detect::past_work(state),
         }
     }
 

@@ -158,6 +158,23 @@ pub fn compared_text(channel: Channel, part: Part, text: &str, max_chars: usize)
     sig
 }
 
+/// The string values of a call's arguments (at any depth), longest first: what an output may
+/// print back of the call. Short values are left out: a word like `src` is not an echo.
+fn arg_values(args: &serde_json::Value) -> Vec<&str> {
+    fn walk<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+        match v {
+            serde_json::Value::String(s) if s.trim().chars().count() >= 8 => out.push(s.trim()),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            serde_json::Value::Object(m) => m.values().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(args, &mut out);
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out
+}
+
 /// Observe one event at `seq`, `ts` (unix seconds).
 /// `ambient`: the task's error lines printed whatever the call does, which a tool call's outcome
 /// leaves out (and learns from its output).
@@ -223,7 +240,7 @@ pub fn observe(
                 ResultSig {
                     residue: (negative && !failed && !trivial)
                         .then(|| crate::signature::residue(&c.args, &out)),
-                    outcome: outcome_in_task(&out, call.exact, ambient),
+                    outcome: outcome_in_task(&out, call.exact, &arg_values(&c.args), ambient),
                     echo: echo_key(&c.args, &out),
                     negative,
                     trivial,

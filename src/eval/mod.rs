@@ -221,6 +221,21 @@ pub struct PointReport {
     /// Questions the test judge answered at this point (labelled and control runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub judge_calls: Option<u64>,
+    /// With a sweep: every labelled run at this point, to compare points run by run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<PointRun>,
+    /// With a sweep: the control runs flagged at this point, per control file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flagged: Vec<Vec<String>>,
+}
+
+/// One labelled run at one sweep point.
+#[derive(Debug, Clone, Serialize)]
+pub struct PointRun {
+    pub id: String,
+    pub outcome: measure::Outcome,
+    pub first_loop_index: Option<usize>,
+    pub rule: Option<String>,
 }
 
 /// A set of labelled runs measured at one point (or, cross-validated, each at its fold's point).
@@ -494,6 +509,35 @@ pub fn evaluate(
             controls_flagged: controls_flagged(p),
             seconds: replayed[p].seconds,
             judge_calls: replayed[p].judge_calls,
+            runs: if sweep {
+                all_records[p]
+                    .iter()
+                    .map(|r| PointRun {
+                        id: r.id.clone(),
+                        outcome: r.outcome,
+                        first_loop_index: r.first_loop_index,
+                        rule: r.fired.as_ref().and_then(|f| f.rule.clone()),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            flagged: if sweep {
+                controls
+                    .iter()
+                    .zip(&replayed[p].controls)
+                    .map(|(c, reps)| {
+                        c.runs
+                            .iter()
+                            .zip(reps)
+                            .filter(|(_, r)| r.first_loop.is_some())
+                            .map(|(run, _)| run.id.clone())
+                            .collect()
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         })
         .collect();
     let choose_on = |keep: &dyn Fn(usize) -> bool| -> usize {

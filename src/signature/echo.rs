@@ -126,7 +126,7 @@ mod tests {
         let b = cnf("VIVA Media AG 2004", "'VIVA Plus', 'Vauxhall Viva', 'Opel Astra'");
         let c = cnf("Marathi lyrics", "'Raundal', 'Deewani Mastani', 'Ved (film)'");
         assert!(a.starts_with("could not find [\u{1}]."), "{a}");
-        assert!(word_overlap(&a, &b) > 0.6, "{}", word_overlap(&a, &b));
+        assert!(word_overlap(&a, &b) > 0.4, "{}", word_overlap(&a, &b));
         assert!(word_overlap(&a, &c) < 0.4, "{}", word_overlap(&a, &c));
         let none = |q: &str| {
             residue(

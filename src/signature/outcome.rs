@@ -80,6 +80,7 @@ static ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
         | ^(?:FAILED|ERROR)\b                               # test summaries
         | ^(?i:error|fatal)\b
         | ^(?i:no\ (?:matches|results?|files?|such))\b
+        | ^(?i:could\ ?n[o']t\ find|cannot\ find|unable\ to\ find|nothing\ found)\b
         | (?i:\bnot\ found\.?$|did\ not\ produce\ any\ output|timed\ out)
         "#,
     )
@@ -98,6 +99,13 @@ static PYTHON_MESSAGE: LazyLock<Regex> = LazyLock::new(|| {
 /// help is what a command-line tool under test is often asked to do.)
 static REFUSED: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)syntax error near unexpected token|unexpected eof while looking for matching|unrecognized arguments?|invalid option|unknown option|invalid choice|missing operand|the following arguments are required|command not found")
+        .expect("compiles")
+});
+
+/// A "nothing found" sentence at the start of a line (`Could not find [X]. Similar: [...]`): its
+/// first sentence is the outcome; what follows (suggestions, a hint) is what it found instead.
+static NOTHING_FOUND: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(?i:could ?n[o']t find|cannot find|unable to find|nothing found)\b")
         .expect("compiles")
 });
 
@@ -143,6 +151,13 @@ pub fn error_lines(output: &str) -> Vec<String> {
 /// neither error lines nor a listing (code, a file view), digits masked — what the call printed
 /// besides its errors.
 pub fn error_lines_and_rest(output: &str) -> (Vec<String>, u64) {
+    error_lines_and_rest_of(output, &[])
+}
+
+/// [`error_lines_and_rest`], with lines that print the call back (`echoed`: its argument values)
+/// left out of the rest: a shell that prints the command it refused (`` /bin/bash: line 1: `edit
+/// 78:86 …' ``) printed nothing else.
+fn error_lines_and_rest_of(output: &str, echoed: &[&str]) -> (Vec<String>, u64) {
     let clean = ANSI.replace_all(output, "");
     let mut out = Vec::new();
     let mut rest = String::new();
@@ -150,7 +165,18 @@ pub fn error_lines_and_rest(output: &str) -> (Vec<String>, u64) {
     // the exception class is called (`pkg.errors.InvalidStructure: leftover bytes`).
     let mut in_traceback = false;
     for l in clean.lines() {
-        if l.trim().is_empty() || l.chars().count() > MAX_LINE_CHARS {
+        if l.trim().is_empty() {
+            continue;
+        }
+        // A "nothing found" sentence is its first sentence, however long the suggestions after
+        // it; other lines that long are content, not a message.
+        let nothing_found = NOTHING_FOUND.is_match(l.trim())
+            .then(|| {
+                let l = l.trim();
+                l.find(". ").map_or(l, |i| &l[..=i])
+            })
+            .filter(|first| first.chars().count() <= MAX_LINE_CHARS);
+        if nothing_found.is_none() && l.chars().count() > MAX_LINE_CHARS {
             continue;
         }
         if l.starts_with("Traceback (most recent call last)") {
@@ -161,18 +187,36 @@ pub fn error_lines_and_rest(output: &str) -> (Vec<String>, u64) {
             continue;
         }
         let exception = std::mem::take(&mut in_traceback) && l.contains(": ");
-        if exception || (!NOT_A_PROBLEM.is_match(l) && ERROR_LINE.is_match(l.trim_end())) {
+        if let Some(first) = nothing_found {
+            out.push(first.to_string());
+        } else if exception || (!NOT_A_PROBLEM.is_match(l) && ERROR_LINE.is_match(l.trim_end())) {
             out.push(l.trim().to_string());
         } else if let Some(m) = PYTHON_MESSAGE.find(l) {
             // The clause, not what the script printed before it (often the input it was given).
             let start = l[..m.start()].rfind(": ").map_or(0, |i| i + 2);
             out.push(l[start..].trim().to_string());
-        } else {
+        } else if !echoes(l, echoed) {
             rest.push_str(&super::digits_masked(l.trim()).to_lowercase());
             rest.push('\n');
         }
     }
     (out, key64(&rest))
+}
+
+/// Characters of an argument's first line that, found in an output line, make it an echo of the
+/// call (a shell printing back the command it refused, cut or reformatted).
+const ECHO_CHARS: usize = 40;
+
+/// Does the line print back one of the call's argument values?
+fn echoes(line: &str, echoed: &[&str]) -> bool {
+    echoed.iter().any(|v| {
+        let first = v.lines().next().unwrap_or("").trim();
+        let head = match first.char_indices().nth(ECHO_CHARS) {
+            Some((i, _)) => &first[..i],
+            None => first,
+        };
+        !head.is_empty() && line.contains(head)
+    })
 }
 
 /// The key of one error line as outcomes compare it (paths, numbers, identifiers masked).
@@ -268,11 +312,18 @@ impl AmbientLines {
 
 /// The outcome of a call's output in its task: its error lines, less those the environment
 /// prints whatever the call does ([`AmbientLines`], updated with this output).
-pub fn outcome_in_task(output: &str, call: u64, ambient: &mut AmbientLines) -> Option<Outcome> {
-    let (lines, rest) = error_lines_and_rest(output);
+/// `echoed`: the call's argument values, which an output may print back (left out of its rest).
+pub fn outcome_in_task(
+    output: &str,
+    call: u64,
+    echoed: &[&str],
+    ambient: &mut AmbientLines,
+) -> Option<Outcome> {
+    let (lines, rest) = error_lines_and_rest_of(output, echoed);
+    // A refusal is about the call by definition (it never ran): never the environment's.
     let kept: Vec<String> = lines
         .into_iter()
-        .filter(|l| !ambient.note(line_key(l), call, rest))
+        .filter(|l| REFUSED.is_match(l) || !ambient.note(line_key(l), call, rest))
         .collect();
     outcome_of_lines(&kept, rest)
 }
@@ -411,7 +462,12 @@ mod tests {
             .zip(["a.py\nb.py", "42", "[metadata]\nname = x"])
             .enumerate()
             .map(|(i, (call, out))| {
-                outcome_in_task(&format!("{banner}\n{out}"), super::key64(call) + i as u64, &mut ambient)
+                outcome_in_task(
+                    &format!("{banner}\n{out}"),
+                    super::key64(call) + i as u64,
+                    &[call],
+                    &mut ambient,
+                )
             })
             .collect();
         assert!(outcomes[0].is_some() && outcomes[1].is_some());
@@ -420,6 +476,7 @@ mod tests {
         let o = outcome_in_task(
             &format!("{banner}\nTraceback (most recent call last):\n  File \"t.py\", line 1\nKeyError: 'x'"),
             7,
+            &[],
             &mut ambient,
         )
         .expect("the KeyError");
@@ -433,17 +490,40 @@ mod tests {
             format!("Your proposed edit has introduced new syntax error(s).\nERRORS:\n- E999 IndentationError: unexpected indent\n[File: /r/a.py (9 lines total)]\n1:{preview}\nYour changes have NOT been applied.")
         };
         for (i, preview) in ["x = 1", "  y = 2", "   z = 3", "w = 4"].iter().enumerate() {
-            let o = outcome_in_task(&rejected(preview), 100 + i as u64, &mut ambient);
+            let o = outcome_in_task(&rejected(preview), 100 + i as u64, &[], &mut ambient);
             assert!(o.is_some(), "edit {i}: the same rejection around another preview");
         }
         for i in 0..5 {
             let o = outcome_in_task(
                 &format!("debug line {i}\nAssertionError: expected 3"),
                 9,
+                &[],
                 &mut ambient,
             );
             assert!(o.is_some(), "run {i} of one script");
         }
+    }
+
+    #[test]
+    fn a_refusal_that_prints_each_refused_command_back_is_never_ambient() {
+        let mut ambient = AmbientLines::default();
+        for (i, body) in ["f(a, b)", "f(a)", "g(x=1)", "h()"].iter().enumerate() {
+            let call = format!("edit 78:86: {body}");
+            let out = format!("/bin/bash: line 1: syntax error near unexpected token `('\n/bin/bash: line 1: `{call}'");
+            let o = outcome_in_task(&out, i as u64, &[&call], &mut ambient);
+            assert!(o.is_some_and(|o| o.refused), "refusal {i}");
+        }
+    }
+
+    #[test]
+    fn a_nothing_found_sentence_is_its_first_sentence() {
+        let a = out("Could not find [VIVA Media AG]. Similar: ['VIVA Plus', 'Vauxhall Viva']");
+        assert_eq!(a.text, "Could not find [VIVA Media AG].");
+        let b = out("Could not find [\"Wallace and Gromit\"]. Similar: ['Wallace and Gromit']");
+        let c = out("Could not find [\"A Grand Day Out\"]. Similar: ['A Close Shave', 'Nick Park']");
+        assert_eq!(b.template, c.template);
+        assert_ne!(b.exact, c.exact);
+        assert!(outcome_of("        if not found:\n            return None").is_none());
     }
 
     #[test]

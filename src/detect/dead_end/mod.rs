@@ -27,7 +27,7 @@
 //! "No module named pytest") are what a careful reader hesitates on: [`different_attempts`]
 //! names them for the judge rather than calling them a loop.
 
-use super::{Ctx, Finding};
+use super::{past_work, recent, Ctx, Finding};
 use crate::config::DeadEnds;
 use crate::embed::cosine;
 use crate::signature::{classify, digits_masked, key64, ErrorType, Outcome};
@@ -81,18 +81,6 @@ fn same_attempt(cfg: &DeadEnds, a: &TextSig, b: &TextSig) -> bool {
     }
 }
 
-/// The last `n` work events before the new one, newest first (tool calls and failures alike:
-/// a failure between two calls is something that happened).
-pub(super) fn recent_work(state: &TaskState, n: usize) -> Vec<&Entry> {
-    state
-        .window
-        .iter()
-        .rev()
-        .filter(|e| e.is_work() && !e.is_passive())
-        .take(n)
-        .collect()
-}
-
 /// Window entries whose calls the rules may compare with the new one: the link stage embeds
 /// them (most are cached) when the new call ended in an outcome seen recently.
 pub fn wanted(cfg: &DeadEnds, state: &TaskState, entry: &Entry) -> Vec<u64> {
@@ -103,7 +91,8 @@ pub fn wanted(cfg: &DeadEnds, state: &TaskState, entry: &Entry) -> Vec<u64> {
         return Vec::new();
     };
     let reach = cfg.span_window.max(cfg.same_attempt_window);
-    let recent = recent_work(state, reach.saturating_sub(1));
+    let past = past_work(state);
+    let recent = recent(&past, reach.saturating_sub(1));
     // Calls whose keys already say "the same attempt" need no vector: an exact repeat stays on
     // the fast path.
     let candidates: Vec<u64> = recent
@@ -172,9 +161,9 @@ fn need(cfg: &DeadEnds) -> usize {
 pub fn same_attempt_rule(ctx: &Ctx<'_>) -> Option<Finding> {
     let cfg = &ctx.cfg.dead_ends;
     let (new, o) = new_attempt(ctx)?;
-    let close: Vec<Attempt<'_>> = recent_work(ctx.state, cfg.same_attempt_window.saturating_sub(1))
-        .into_iter()
-        .filter_map(attempt)
+    let close: Vec<Attempt<'_>> = recent(&ctx.past, cfg.same_attempt_window.saturating_sub(1))
+        .iter()
+        .filter_map(|e| attempt(e))
         .filter(|a| match a.outcome {
             // The same error after the same attempt, reworded or not.
             Some(p) if p.exact == o.exact => {
@@ -205,7 +194,7 @@ pub fn same_attempt_rule(ctx: &Ctx<'_>) -> Option<Finding> {
 pub fn back_to_rejected(ctx: &Ctx<'_>) -> Option<Finding> {
     let cfg = &ctx.cfg.dead_ends;
     let (new, o) = new_attempt(ctx)?;
-    let (earlier, between) = back_to_a_rejected_attempt(ctx.state, cfg, &new, o)?;
+    let (earlier, between) = back_to_a_rejected_attempt(&ctx.past, cfg, &new, o)?;
     (between + 2 >= need(cfg)).then(|| {
         finding(
             ctx,
@@ -224,7 +213,7 @@ pub fn back_to_rejected(ctx: &Ctx<'_>) -> Option<Finding> {
 pub fn resent_in_a_row(ctx: &Ctx<'_>) -> Option<Finding> {
     let cfg = &ctx.cfg.dead_ends;
     let (new, o) = new_attempt(ctx)?;
-    let (earlier, row) = rejected_again_in_a_row(ctx.state, ctx.cfg.window, &new, o)?;
+    let (earlier, row) = rejected_again_in_a_row(&ctx.past, ctx.cfg.window, &new, o)?;
     (row >= need(cfg)).then(|| {
         finding(
             ctx,
@@ -246,7 +235,7 @@ pub fn refused_as_written(ctx: &Ctx<'_>) -> Option<Finding> {
     if !o.refused {
         return None;
     }
-    let row = attempts_in_a_row(ctx.state, o, ctx.cfg.window);
+    let row = attempts_in_a_row(&ctx.past, o, ctx.cfg.window);
     (row.len() + 1 >= need(cfg)).then(|| {
         finding(
             ctx,
@@ -280,7 +269,7 @@ pub fn reworded_change(ctx: &Ctx<'_>) -> Option<Finding> {
 pub fn guesses_by_name(ctx: &Ctx<'_>) -> Option<Finding> {
     let cfg = &ctx.cfg.dead_ends;
     let (new, o) = new_attempt(ctx)?;
-    let guesses = guesses_refused_by_name(cfg, ctx.state, &new, o);
+    let guesses = guesses_refused_by_name(cfg, &ctx.past, &new, o);
     (guesses.len() + 1 >= need(cfg)).then(|| {
         finding(
             ctx,
@@ -303,7 +292,7 @@ pub fn unmoved_reruns_rule(ctx: &Ctx<'_>) -> Option<Finding> {
         return None;
     }
     let (new, o) = new_attempt(ctx)?;
-    let reruns = unmoved_reruns(cfg, ctx.state, &new, o);
+    let reruns = unmoved_reruns(cfg, &ctx.past, &new, o);
     (reruns.len() + 1 >= cfg.unmoved_reruns.max(need(cfg))).then(|| {
         finding(
             ctx,
@@ -320,13 +309,15 @@ pub fn unmoved_reruns_rule(ctx: &Ctx<'_>) -> Option<Finding> {
 /// the same kind of error (the outcome's template). Returns that earlier call's seq and how many
 /// attempts are between.
 fn back_to_a_rejected_attempt(
-    state: &TaskState,
+    past: &[&Entry],
     cfg: &DeadEnds,
     new: &Attempt<'_>,
     o: &Outcome,
 ) -> Option<(u64, usize)> {
-    let recent = recent_work(state, cfg.same_attempt_window.saturating_sub(1));
-    for (between, e) in recent.into_iter().enumerate() {
+    for (between, e) in recent(past, cfg.same_attempt_window.saturating_sub(1))
+        .iter()
+        .enumerate()
+    {
         let a = attempt(e)?;
         let p = a.outcome?;
         if p.exact == o.exact && same_by_keys(a.call, new.call) {
@@ -342,14 +333,14 @@ fn back_to_a_rejected_attempt(
 /// The attempts right before the new one ending in exactly its error, stopping at the first
 /// work event that did not, when two of them (the new one included) are the same call. Returns
 /// the older of that pair and the row's length, the new attempt included.
-fn rejected_again_in_a_row(
-    state: &TaskState,
+fn rejected_again_in_a_row<'e>(
+    past: &[&'e Entry],
     reach: usize,
     new: &Attempt<'_>,
     o: &Outcome,
 ) -> Option<(u64, usize)> {
-    let row: Vec<Attempt<'_>> = recent_work(state, reach)
-        .into_iter()
+    let row: Vec<Attempt<'e>> = recent(past, reach)
+        .iter()
         .map_while(|e| attempt(e).filter(|a| a.outcome.is_some_and(|p| p.exact == o.exact)))
         .collect();
     let all: Vec<&Attempt<'_>> = std::iter::once(new).chain(row.iter()).collect();
@@ -379,14 +370,14 @@ fn names_word(text: &str, name: &str) -> bool {
 /// that does not fit.
 fn guesses_refused_by_name(
     cfg: &DeadEnds,
-    state: &TaskState,
+    past: &[&Entry],
     new: &Attempt<'_>,
     o: &Outcome,
 ) -> Vec<u64> {
     let mut runs = Vec::new();
     let (mut later_names, mut later_exact) = (&o.names, o.exact);
     let mut between: Vec<&TextSig> = Vec::new();
-    for e in recent_work(state, cfg.span_window.saturating_sub(1)) {
+    for e in recent(past, cfg.span_window.saturating_sub(1)) {
         match attempt(e) {
             Some(a) if same_by_keys(a.call, new.call) => {
                 let Some(p) = a
@@ -427,7 +418,7 @@ fn unmoved(p: &Outcome, o: &Outcome) -> bool {
 /// back to back are the exact-repeat detectors' case). The error lines are compared as written,
 /// numbers included: a test failing on the same assertion with other values, or a count of
 /// failures going down, has moved; what else the run prints (a debugging line added) may change.
-fn unmoved_reruns(cfg: &DeadEnds, state: &TaskState, new: &Attempt<'_>, o: &Outcome) -> Vec<u64> {
+fn unmoved_reruns(cfg: &DeadEnds, past: &[&Entry], new: &Attempt<'_>, o: &Outcome) -> Vec<u64> {
     let mut runs = Vec::new();
     let mut work_since = 0usize;
     // Looking further back than the span rule: a test re-run between fixes comes every few
@@ -437,7 +428,7 @@ fn unmoved_reruns(cfg: &DeadEnds, state: &TaskState, new: &Attempt<'_>, o: &Outc
     } else {
         cfg.span_window
     };
-    for e in recent_work(state, reach.saturating_sub(1)) {
+    for e in recent(past, reach.saturating_sub(1)) {
         match attempt(e) {
             Some(a) if same_by_keys(a.call, new.call) => {
                 let same = a.outcome.is_some_and(|p| unmoved(p, o));
@@ -455,9 +446,9 @@ fn unmoved_reruns(cfg: &DeadEnds, state: &TaskState, new: &Attempt<'_>, o: &Outc
 
 /// The attempts right before the new one that ended in exactly its outcome, newest first,
 /// stopping at the first work event that did not.
-fn attempts_in_a_row(state: &TaskState, o: &Outcome, reach: usize) -> Vec<u64> {
-    recent_work(state, reach)
-        .into_iter()
+fn attempts_in_a_row(past: &[&Entry], o: &Outcome, reach: usize) -> Vec<u64> {
+    recent(past, reach)
+        .iter()
         .map_while(|e| attempt(e).filter(|a| a.outcome.is_some_and(|p| p.exact == o.exact)))
         .map(|a| a.seq)
         .collect()
@@ -478,12 +469,12 @@ struct Span {
 /// not enough runs or nothing between them.
 fn span_parts<'s>(
     cfg: &DeadEnds,
-    state: &'s TaskState,
+    past: &[&'s Entry],
     entry: &Entry,
 ) -> Option<(Vec<u64>, Vec<&'s Entry>)> {
     let new = attempt(entry)?;
     let o = new.outcome?;
-    let recent = recent_work(state, cfg.span_window.saturating_sub(1));
+    let recent = recent(past, cfg.span_window.saturating_sub(1));
     let is_member = |e: &Entry| {
         attempt(e).is_some_and(|a| {
             a.outcome.is_some_and(|p| p.exact == o.exact) && same_attempt(cfg, a.call, new.call)
@@ -499,8 +490,9 @@ fn span_parts<'s>(
     }
     let oldest = *members.iter().min()?;
     let between: Vec<&Entry> = recent
-        .into_iter()
+        .iter()
         .filter(|e| e.seq > oldest && !members.contains(&e.seq))
+        .copied()
         .collect();
     (!between.is_empty()).then_some((members, between))
 }
@@ -537,7 +529,8 @@ pub fn changes_to_compare(
     state: &TaskState,
     entry: &Entry,
 ) -> Vec<(u64, u64, String, String)> {
-    let Some((_, between)) = span_parts(cfg, state, entry) else {
+    let past = past_work(state);
+    let Some((_, between)) = span_parts(cfg, &past, entry) else {
         return Vec::new();
     };
     let calls: Vec<(u64, &TextSig)> = between
@@ -564,7 +557,7 @@ pub fn changes_to_compare(
 
 fn span(ctx: &Ctx<'_>) -> Option<Span> {
     let cfg = &ctx.cfg.dead_ends;
-    let (members, between) = span_parts(cfg, ctx.state, ctx.entry)?;
+    let (members, between) = span_parts(cfg, &ctx.past, ctx.entry)?;
     let calls: Vec<(u64, &TextSig)> = between
         .iter()
         .filter_map(|e| attempt(e).map(|a| (a.seq, a.call)))
@@ -622,7 +615,7 @@ pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     if cfg.unmoved_reruns == 0 {
         return None;
     }
-    let reruns = unmoved_reruns(cfg, ctx.state, &new, o);
+    let reruns = unmoved_reruns(cfg, &ctx.past, &new, o);
     (reruns.len() + 1 >= need).then_some(reruns)
 }
 
@@ -641,9 +634,9 @@ pub fn timeouts(ctx: &Ctx<'_>, n: usize) -> Option<Vec<u64>> {
     if n == 0 || !timed_out(&new) {
         return None;
     }
-    let seqs: Vec<u64> = recent_work(ctx.state, ctx.cfg.dead_ends.span_window.saturating_sub(1))
-        .into_iter()
-        .filter_map(attempt)
+    let seqs: Vec<u64> = recent(&ctx.past, ctx.cfg.dead_ends.span_window.saturating_sub(1))
+        .iter()
+        .filter_map(|e| attempt(e))
         .filter(timed_out)
         .map(|a| a.seq)
         .collect();
@@ -658,7 +651,7 @@ pub fn different_attempts(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     let new = attempt(ctx.entry)?;
     let o = new.outcome?;
     let need = cfg.occurrences.max(2);
-    let recent = recent_work(ctx.state, need - 1);
+    let recent = recent(&ctx.past, need - 1);
     let seqs: Vec<u64> = recent
         .iter()
         .filter_map(|e| attempt(e))
