@@ -4,14 +4,13 @@
 
 use super::*;
 use crate::server::router;
-use crate::server::tests::{model, send, state_with};
+use crate::server::tests::{answer, model, send, state_with};
 use axum::http::Request;
 use loopguard::Config;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1 as pb;
-use tower::ServiceExt;
 
 /// A test agent stuck re-running a failing test in new wordings (examples/wordcount_task.py).
 const STUCK: [&str; 4] = [
@@ -120,17 +119,7 @@ async fn post_traces(
     if let Some(e) = encoding {
         req = req.header("content-encoding", e);
     }
-    let resp = app
-        .clone()
-        .oneshot(req.body(Body::from(body)).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (status, bytes.to_vec(), headers)
+    answer(app, req.body(Body::from(body)).unwrap()).await
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
