@@ -338,9 +338,9 @@ async fn malformed_hook_payloads_are_400_naming_the_field_and_change_nothing() {
     numeric_error["error"] = json!(1);
     cases.push((numeric_error, "error"));
     let mut gemini = cases[..3].to_vec();
-    let mut text_response = good.clone();
-    text_response["tool_response"] = json!("a string, where Gemini CLI sends an object");
-    gemini.push((text_response, "tool_response"));
+    let mut numeric_reply = good.clone();
+    numeric_reply["prompt_response"] = json!(42);
+    gemini.push((numeric_reply, "prompt_response"));
     let all = cases
         .into_iter()
         .map(|c| ("claude-code", c))

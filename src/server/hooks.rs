@@ -173,10 +173,10 @@ pub struct GeminiCliHook {
     #[schema(value_type = Option<Object>)]
     pub tool_input: Option<Map<String, Value>>,
     /// `AfterTool`: `llmContent` (what the model reads), `returnDisplay`, and `error` when the
-    /// tool failed.
+    /// tool failed (older versions sent the tool's text as a string).
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
-    pub tool_response: Option<Map<String, Value>>,
+    pub tool_response: Option<Value>,
     /// The user's prompt (`BeforeAgent`, `AfterAgent`).
     #[serde(default)]
     pub prompt: Option<String>,
@@ -305,7 +305,16 @@ impl ClaudeCodeHook {
 
 impl GeminiCliHook {
     fn into_event(self) -> HookEvent {
-        let response = self.tool_response.unwrap_or_default();
+        let response = match self.tool_response {
+            Some(Value::Object(m)) => m,
+            Some(Value::Null) | None => Map::new(),
+            Some(Value::String(text)) => {
+                Map::from_iter([("llmContent".into(), Value::String(text))])
+            }
+            Some(other) => {
+                Map::from_iter([("llmContent".into(), Value::String(other.to_string()))])
+            }
+        };
         let mut output = gemini_output(&response);
         // A shell command's exit code is in its text, with the command and process ids around
         // the output: keep what it printed, so two wordings of one failing command compare.
@@ -828,6 +837,20 @@ mod tests {
         let split = "Command: ls\nDirectory: (root)\nStdout: a.py\nStderr: (empty)\nError: (none)\nExit Code: 0\nSignal: (none)\nBackground PIDs: (none)\nProcess Group PGID: 7";
         assert_eq!(shell_report(split), Some(("a.py".into(), Some(0))));
         assert_eq!(shell_report("a file's text"), None);
+    }
+
+    #[test]
+    fn a_gemini_tool_response_given_as_text_is_the_output() {
+        let hook: GeminiCliHook = serde_json::from_value(json!({
+            "session_id": "s", "hook_event_name": "AfterTool", "tool_name": "read_file",
+            "tool_input": {"absolute_path": "/a.py"}, "tool_response": "print('hi')"
+        }))
+        .unwrap();
+        let e = hook.into_event();
+        assert_eq!(
+            (e.point, e.output),
+            (Point::AfterTool, json!("print('hi')"))
+        );
     }
 
     #[test]

@@ -135,9 +135,11 @@ pub fn document(cfg: &Config) -> Value {
         *prop = task_id_schema();
         prop["description"] = description;
     }
-    // Claude Code's tool response is whatever the tool returns: any JSON.
-    let response = &mut schemas["ClaudeCodeHook"]["properties"]["tool_response"];
-    *response = json!({"description": response["description"].clone()});
+    // A tool response is whatever the tool returns: any JSON.
+    for hook in ["ClaudeCodeHook", "GeminiCliHook"] {
+        let response = &mut schemas[hook]["properties"]["tool_response"];
+        *response = json!({"description": response["description"].clone()});
+    }
     if let Value::Object(otlp) = super::otlp::json_schemas() {
         schemas.extend(otlp);
     }
