@@ -277,7 +277,8 @@ pub fn parse_event_value(value: serde_json::Value) -> Result<Event, InputError> 
     serde_path_to_error::deserialize(value).map_err(path_error)
 }
 
-fn validate_task_id(path: &str, id: &str) -> Result<(), InputError> {
+/// A task id as the contract allows it: 1..256 characters, no control characters.
+pub fn validate_task_id(path: &str, id: &str) -> Result<(), InputError> {
     let chars = id.chars().count();
     if chars == 0 || chars > MAX_TASK_ID_CHARS {
         return Err(InputError::new(

@@ -3,6 +3,7 @@
 mod calibrate;
 mod compare;
 mod eval;
+mod hook;
 mod loops;
 mod score;
 mod serve;
@@ -85,6 +86,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A command hook for a coding agent: reads the hook's input on stdin, asks the service
+    /// (POST /v1/hooks/<agent>) and prints its answer for the agent. Exit 0: act on stdout;
+    /// exit 1: loopguard could not answer (service down, too slow, an error) and the agent goes
+    /// on. Never 2 (block). Settings to paste: docs/INTEGRATIONS.md.
+    Hook(hook::HookArgs),
 }
 
 pub fn init_logging(format: LogFormat, filter: &str) {
@@ -130,12 +136,24 @@ fn rules_listing(json: bool) -> String {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A hook's exit code is read by the agent: 2 (clap's usage error) would block the tool
+        // call. A misconfigured hook fails open like an unreachable service.
+        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("hook") => {
+            let _ = e.print();
+            return ExitCode::from(hook::FAIL_OPEN);
+        }
+        Err(e) => e.exit(),
+    };
     let default_log = match cli.command {
         Command::Serve(_) => "info",
         _ => "warn",
     };
     init_logging(cli.log_format, cli.log.as_deref().unwrap_or(default_log));
+    if let Command::Hook(args) = &cli.command {
+        return hook::run(args);
+    }
     let result = match &cli.command {
         Command::Serve(args) => serve::run(&cli, args),
         Command::Score(args) => score::run(&cli, args),
@@ -144,6 +162,7 @@ pub fn main() -> ExitCode {
         Command::Feedback(cmd) => loops::run_feedback(&cli, cmd),
         Command::Calibrate(args) => calibrate::run(&cli, args),
         Command::Eval(args) => eval::run(&cli, args),
+        Command::Hook(_) => unreachable!("answered above"),
         Command::Openapi => load_config(cli.config.as_deref(), &[])
             .map(|c| print!("{}", crate::server::openapi::document_json(&c)))
             .map_err(|e| e.to_string()),

@@ -383,6 +383,9 @@ impl Config {
         if self.memory.sync_interval_ms == 0 {
             return bad("memory.sync_interval_ms", "must be at least 1".into());
         }
+        if self.otlp.max_body_bytes < 1024 {
+            return bad("otlp.max_body_bytes", "must be at least 1024".into());
+        }
         if self.model.queue_capacity == 0 || self.model.queue_wait_target_ms == 0 {
             return bad(
                 "model",

@@ -28,6 +28,18 @@ pub struct Config {
     pub judge: JudgeConfig,
     pub memory: MemoryConfig,
     pub server: ServerConfig,
+    pub otlp: OtlpConfig,
+}
+
+/// OTLP/HTTP traces in (`POST /v1/traces`, docs/INTEGRATIONS.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// The span (or resource) attribute whose value is the task id, e.g.
+    /// `gen_ai.conversation.id`; empty, or absent on a span: the span's trace id.
+    pub task_attribute: String,
+    /// Largest request body, compressed or not (exporters batch hundreds of spans).
+    pub max_body_bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

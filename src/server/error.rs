@@ -14,7 +14,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// Stable machine-readable code: `invalid_json`, `invalid_utf8`, `invalid_event`,
-    /// `invalid_parameter`, `invalid_http`, `body_too_large`, `too_many_events`,
+    /// `invalid_otlp`, `invalid_parameter`, `invalid_http`, `body_too_large`, `too_many_events`,
     /// `field_too_large`, `too_deep`, `uri_too_long`, `headers_too_large`,
     /// `unsupported_media_type`, `not_found`, `method_not_allowed`, `unauthorized`, `conflict`,
     /// `overloaded`, `timeout`, `model_unavailable`, `storage_error`, `internal`.

@@ -76,6 +76,8 @@ pub struct Metrics {
     pub live: super::live::Live,
     pub connections_open: Gauge,
     pub connections_closed: Family<CloseLabels, Counter>,
+    /// Coding-agent hooks and OTLP spans (server/integrations.rs).
+    pub integrations: super::integrations::IntegrationMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -224,7 +226,9 @@ impl Metrics {
             "Connections the server closed: idle, headers too slow, or evicted at the connection cap",
             connections_closed.clone(),
         );
+        let integrations = super::integrations::IntegrationMetrics::register(&mut registry);
         Metrics {
+            integrations,
             registry,
             connections_open,
             connections_closed,

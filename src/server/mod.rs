@@ -17,9 +17,12 @@ mod body;
 mod conn;
 mod dashboard;
 mod error;
+mod hooks;
+mod integrations;
 mod live;
 mod metrics;
 pub mod openapi;
+mod otlp;
 mod overview;
 mod params;
 mod routes;
@@ -262,6 +265,9 @@ pub fn route_table() -> Vec<(&'static str, bool, MethodRouter<Arc<AppState>>)> {
         ("/v1/stats", true, get(overview::stats)),
         ("/v1/feedback", true, post(routes::feedback)),
         ("/v1/feedback/export", true, get(routes::export_feedback)),
+        ("/v1/hooks/claude-code", true, post(hooks::claude_code)),
+        ("/v1/hooks/gemini-cli", true, post(hooks::gemini_cli)),
+        ("/v1/traces", true, post(otlp::traces)),
         ("/metrics", true, get(routes::metrics)),
         ("/livez", false, get(routes::livez)),
         ("/readyz", false, get(routes::readyz)),

@@ -32,6 +32,9 @@ use utoipa::{Modify, OpenApi};
         super::routes::readyz,
         super::routes::metrics,
         super::overview::stats,
+        super::hooks::claude_code,
+        super::hooks::gemini_cli,
+        super::otlp::traces,
     ),
     components(schemas(
         super::routes::BatchItem,
@@ -45,6 +48,7 @@ use utoipa::{Modify, OpenApi};
         (name = "loops", description = "Cross-task loop memory: recent loops, similar loops"),
         (name = "feedback", description = "False positives and missed loops, exported for calibration"),
         (name = "operations", description = "Health, metrics and live figures"),
+        (name = "integrations", description = "Where agents already run: Claude Code and Gemini CLI hooks, OpenTelemetry traces (docs/INTEGRATIONS.md)"),
     )
 )]
 struct ApiDoc;
@@ -124,6 +128,21 @@ pub fn document(cfg: &Config) -> Value {
     }
     // `path` is always present, `null` when the error is about the request as a whole.
     schemas["ErrorBody"]["required"] = json!(["code", "message", "path"]);
+    // A hook's session is the task: the same contract as a task id.
+    for hook in ["ClaudeCodeHook", "GeminiCliHook"] {
+        let prop = &mut schemas[hook]["properties"]["session_id"];
+        let description = prop["description"].clone();
+        *prop = task_id_schema();
+        prop["description"] = description;
+    }
+    // A tool response is whatever the tool returns: any JSON.
+    for hook in ["ClaudeCodeHook", "GeminiCliHook"] {
+        let response = &mut schemas[hook]["properties"]["tool_response"];
+        *response = json!({"description": response["description"].clone()});
+    }
+    if let Value::Object(otlp) = super::otlp::json_schemas() {
+        schemas.extend(otlp);
+    }
     for schema in schemas.values_mut() {
         bound_integers(schema);
     }
@@ -150,6 +169,21 @@ pub fn document(cfg: &Config) -> Value {
             {"$ref": "#/components/schemas/Verdict"},
             {"type": "array", "items": {"$ref": "#/components/schemas/BatchItem"}}
         ]
+    });
+    let traces = &mut paths["/v1/traces"]["post"];
+    traces["requestBody"]["content"] = json!({
+        "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+        "application/json": {"schema": {"$ref": "#/components/schemas/OtlpTraces"}}
+    });
+    traces["responses"]["200"]["content"] = json!({
+        "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+        "application/json": {"schema": {
+            "type": "object",
+            "properties": {"partialSuccess": {"type": "object", "properties": {
+                "rejectedSpans": {"type": "string", "pattern": "^[0-9]+$"},
+                "errorMessage": {"type": "string"}
+            }}}
+        }}
     });
 
     for (path, item) in paths.iter_mut() {
@@ -200,7 +234,15 @@ pub fn document(cfg: &Config) -> Value {
                     "Missing or wrong bearer token (when the server has one)",
                 );
             }
-            if path == "/v1/evaluate" || path == "/v1/loops/similar" {
+            // Every route that evaluates events or embeds a text may meet a full model queue.
+            let embeds = [
+                "/v1/evaluate",
+                "/v1/loops/similar",
+                "/v1/hooks/claude-code",
+                "/v1/hooks/gemini-cli",
+                "/v1/traces",
+            ];
+            if embeds.contains(&path.as_str()) {
                 add(
                     "429",
                     "The model is overloaded; answered at once, see Retry-After",

@@ -63,7 +63,7 @@ async fn evaluate_one(
 }
 
 /// `t`, moved to within `skew_secs` of the server's time.
-fn clamp_to_now(t: time::OffsetDateTime, skew_secs: u64) -> time::OffsetDateTime {
+pub(super) fn clamp_to_now(t: time::OffsetDateTime, skew_secs: u64) -> time::OffsetDateTime {
     let now = time::OffsetDateTime::now_utc();
     let skew = time::Duration::seconds(skew_secs.min(i64::MAX as u64) as i64);
     let (earliest, latest) = (now.saturating_sub(skew), now.saturating_add(skew));
@@ -734,7 +734,7 @@ pub async fn export_feedback(
 }
 
 /// A body deserialised into its request type, naming the path of the first problem.
-fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+pub(super) fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         ApiError::bad_request("invalid_event", e.into_inner().to_string()).at(path)

@@ -27,27 +27,33 @@ pub(super) fn app() -> Router {
     router(state_with(Config::default(), model()))
 }
 
-pub(super) async fn send(
+/// The router's answer to `req`: status, body, headers.
+pub(super) async fn answer(
     app: &Router,
-    method: &str,
-    uri: &str,
-    body: impl Into<Body>,
-) -> (StatusCode, Value, axum::http::HeaderMap) {
-    let req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", "application/json")
-        .body(body.into())
-        .unwrap();
+    req: Request<Body>,
+) -> (StatusCode, Vec<u8>, axum::http::HeaderMap) {
     let resp = app.clone().oneshot(req).await.unwrap();
     let status = resp.status();
     let headers = resp.headers().clone();
     let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
         .await
         .unwrap();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, value, headers)
+    (status, bytes.to_vec(), headers)
+}
+
+/// A body as JSON, or as its text when it is not JSON.
+fn as_value(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+pub(super) async fn send(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    body: impl Into<Body>,
+) -> (StatusCode, Value, axum::http::HeaderMap) {
+    send_typed(app, method, uri, Some("application/json"), body).await
 }
 
 pub(super) async fn post(app: &Router, body: Value) -> (StatusCode, Value) {
@@ -546,19 +552,8 @@ async fn send_typed(
     if let Some(ct) = content_type {
         req = req.header("content-type", ct);
     }
-    let resp = app
-        .clone()
-        .oneshot(req.body(body.into()).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, value, headers)
+    let (status, bytes, headers) = answer(app, req.body(body.into()).unwrap()).await;
+    (status, as_value(&bytes), headers)
 }
 
 /// Every error body is exactly `{code, message, path}`, as JSON.

@@ -1,0 +1,373 @@
+//! Where agents already run, end to end on the real binary and the real model: recorded Claude
+//! Code and Gemini CLI hook payloads (tests/fixtures/hooks/, in the shapes of the agents' hook
+//! references) through the HTTP hook and through `loopguard hook` as a command hook, and the
+//! command hook failing open when the service is down. The OpenTelemetry SDK exporting to
+//! `/v1/traces` is tests/otel/ (Python, run by .ci/integrations.sh); `/v1/traces` itself is also
+//! tested through the router in src/server/otlp/tests.rs.
+
+mod common;
+
+use common::{http_client, Backend, Server};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn fixture(name: &str) -> Vec<Value> {
+    let path = format!("tests/fixtures/hooks/{name}");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+async fn hook(client: &reqwest::Client, s: &Server, agent: &str, payload: &Value) -> Value {
+    let r = client
+        .post(s.url(&format!("/v1/hooks/{agent}")))
+        .json(payload)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(status, 200, "{payload}\n→ {body}");
+    body
+}
+
+/// `loopguard hook <agent>` with `payload` on stdin: exit code, stdout, stderr.
+fn command_hook(agent: &str, args: &[&str], payload: &[u8]) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .args(["hook", agent])
+        .args(args)
+        .env_remove("LOOPGUARD_URL")
+        .env_remove("LOOPGUARD_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start loopguard hook");
+    child.stdin.take().unwrap().write_all(payload).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().expect("an exit code"),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn is_block(a: &Value) -> bool {
+    a.get("decision").is_some() || a["continue"] == false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_a_reworded_loop_is_blocked_with_the_directive_then_paused_and_resumed_by_a_prompt(
+) {
+    let backend = Backend::embedded();
+    let s = backend.start(&[]);
+    let client = http_client();
+    s.ready(&client).await;
+    let lines = fixture("claude-code-stuck.jsonl");
+    let mut answers = Vec::new();
+    for l in &lines {
+        answers.push(hook(&client, &s, "claude-code", l).await);
+    }
+    let name = |i: usize| lines[i]["hook_event_name"].as_str().unwrap();
+    // The failing test run five times in five wordings (PostToolUseFailure).
+    let failures: Vec<usize> = (0..lines.len())
+        .filter(|i| name(*i) == "PostToolUseFailure")
+        .collect();
+    assert_eq!(failures.len(), 5);
+    let after: Vec<&Value> = failures.iter().map(|i| &answers[*i]).collect();
+    assert_eq!(after[0], &json!({}), "the first run is not a loop");
+    let warned = after
+        .iter()
+        .position(|a| a["hookSpecificOutput"]["additionalContext"].is_string());
+    let pivot = after
+        .iter()
+        .position(|a| a["decision"] == "block")
+        .unwrap_or_else(|| panic!("no block: {after:#?}"));
+    assert!(
+        warned.is_some_and(|w| w < pivot),
+        "a warning comes before the block: {after:#?}"
+    );
+    let reason = after[pivot]["reason"].as_str().unwrap();
+    assert!(reason.contains("STRATEGY PIVOT REQUIRED"), "{reason}");
+    assert!(after[..pivot].iter().all(|a| !is_block(a)));
+    let gate = after[4];
+    assert_eq!(gate["continue"], false, "{gate:#}");
+    assert!(
+        gate["stopReason"]
+            .as_str()
+            .unwrap()
+            .contains("paused this session"),
+        "{gate:#}"
+    );
+
+    // Every PreToolUse before the gate lets the call through; after it, the next is denied.
+    let pre: Vec<usize> = (0..lines.len())
+        .filter(|i| name(*i) == "PreToolUse")
+        .collect();
+    let (last_pre, before) = pre.split_last().unwrap();
+    let denied = before.last().unwrap();
+    for i in &before[..before.len() - 1] {
+        assert_eq!(answers[*i], json!({}), "line {i}");
+    }
+    assert_eq!(
+        answers[*denied]["hookSpecificOutput"]["permissionDecision"], "deny",
+        "{:#}",
+        answers[*denied]
+    );
+    assert_eq!(answers[*denied]["continue"], false);
+    // The person's next prompt resumes the session; the call after it goes through.
+    let prompt = lines.len() - 2;
+    assert_eq!(name(prompt), "UserPromptSubmit");
+    assert!(answers[prompt]["systemMessage"]
+        .as_str()
+        .unwrap()
+        .contains("resumed"));
+    assert_eq!(answers[*last_pre], json!({}));
+
+    let session = lines[0]["session_id"].as_str().unwrap();
+    let task: Value = s.get_json(&client, &format!("/v1/tasks/{session}")).await;
+    assert_eq!(
+        (task["status"].as_str(), task["loop_count"].as_u64()),
+        (Some("active"), Some(0)),
+        "{task:#}"
+    );
+    let history: Value = s
+        .get_json(&client, &format!("/v1/tasks/{session}/history"))
+        .await;
+    let events: Vec<&str> = history["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["event"].as_str().unwrap())
+        .collect();
+    assert!(
+        events.contains(&"pivot_issued") && events.contains(&"gate_triggered"),
+        "{events:?}"
+    );
+    let reset = history["records"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        (reset["event"].as_str(), reset["by"].as_str()),
+        (Some("loop_counter_reset"), Some("claude-code user"))
+    );
+    let metrics = s.get_text(&client, "/metrics").await;
+    assert!(
+        metrics.contains(r#"loopguard_hook_events_total{agent="claude_code",point="tool_failed",answer="block"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_a_healthy_session_paging_fixing_and_rerunning_is_never_blocked() {
+    let backend = Backend::embedded();
+    let s = backend.start(&[]);
+    let client = http_client();
+    s.ready(&client).await;
+    for l in fixture("claude-code-healthy.jsonl") {
+        let a = hook(&client, &s, "claude-code", &l).await;
+        assert_eq!(a, json!({}), "{l}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_api_errors_are_failures_and_a_repeated_reply_is_answered_at_stop() {
+    let backend = Backend::embedded();
+    let s = backend.start(&[]);
+    let client = http_client();
+    s.ready(&client).await;
+    let lines = fixture("claude-code-replies.jsonl");
+    let mut answers = Vec::new();
+    for l in &lines {
+        answers.push(hook(&client, &s, "claude-code", l).await);
+    }
+    // Rate limits are external: never a stop; the second is answered as one.
+    assert!(
+        !is_block(&answers[0]) && !is_block(&answers[1]),
+        "{answers:#?}"
+    );
+    assert!(
+        answers[1]["systemMessage"]
+            .as_str()
+            .unwrap()
+            .contains("external"),
+        "{answers:#?}"
+    );
+    // The same reply, reworded: the third one repeats two before it (detect.repeats.response).
+    assert_eq!(&answers[2..4], &[json!({}), json!({})], "{answers:#?}");
+    assert!(
+        answers[4]["systemMessage"].is_string(),
+        "a hint to the person: {answers:#?}"
+    );
+    assert!(!is_block(&answers[4]));
+    let session = lines[0]["session_id"].as_str().unwrap();
+    let task: Value = s.get_json(&client, &format!("/v1/tasks/{session}")).await;
+    let kinds: Vec<(&str, &str)> = task["last_verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["event_type"].as_str().unwrap(),
+                v["kind"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds[..2],
+        [("failure", "none"), ("failure", "exact_repeat")],
+        "{kinds:?}"
+    );
+    assert_eq!(kinds[4], ("response", "similar_response"), "{kinds:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_cli_command_hook_puts_the_directive_next_to_the_result_and_holds_the_gate() {
+    let backend = Backend::embedded();
+    let s = backend.start(&[]);
+    let client = http_client();
+    s.ready(&client).await;
+    let lines = fixture("gemini-cli-stuck.jsonl");
+    let mut answers = Vec::new();
+    for l in &lines {
+        let (code, out, err) =
+            command_hook("gemini-cli", &["--url", &s.base], l.to_string().as_bytes());
+        assert_eq!(code, 0, "{l}\n{err}");
+        answers
+            .push(serde_json::from_str::<Value>(&out).unwrap_or_else(|e| panic!("{out:?}: {e}")));
+    }
+    let name = |i: usize| lines[i]["hook_event_name"].as_str().unwrap();
+    let after: Vec<&Value> = (0..lines.len())
+        .filter(|i| name(*i) == "AfterTool")
+        .map(|i| &answers[i])
+        .collect();
+    assert_eq!(after.len(), 6);
+    let context = |a: &Value| {
+        a["hookSpecificOutput"]["additionalContext"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let pivot = after
+        .iter()
+        .position(|a| context(a).contains("STRATEGY PIVOT REQUIRED"))
+        .unwrap_or_else(|| panic!("no directive: {after:#?}"));
+    assert!(after[..pivot].iter().all(|a| !is_block(a)), "{after:#?}");
+    assert_eq!(after[5]["continue"], false, "the gate: {after:#?}");
+    let denied = &answers[lines.len() - 3];
+    assert_eq!(name(lines.len() - 3), "BeforeTool");
+    assert_eq!(
+        (denied["decision"].as_str(), &denied["continue"]),
+        (Some("deny"), &json!(false)),
+        "{denied:#}"
+    );
+    assert!(answers[lines.len() - 2]["systemMessage"]
+        .as_str()
+        .unwrap()
+        .contains("resumed"));
+    assert_eq!(answers[lines.len() - 1], json!({}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_hook_fails_open_with_exit_1_when_the_service_is_down_or_refuses() {
+    let payload = fixture("claude-code-stuck.jsonl")[4].to_string();
+    // Nothing listens there: the server that did was stopped.
+    let backend = Backend::embedded();
+    let mut s = backend.start(&[]);
+    let url = s.base.clone();
+    s.terminate();
+    let (code, out, err) = command_hook(
+        "claude-code",
+        &["--url", &url, "--timeout-ms", "2000"],
+        payload.as_bytes(),
+    );
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("not checked for loops") && err.contains("cannot connect"),
+        "{err}"
+    );
+
+    // With a token: the right one is answered, a wrong one fails open.
+    let s = Backend::embedded().start(&["--set", "server.auth_token=\"hook-token-1\""]);
+    s.ready(&http_client()).await;
+    let (code, out, err) = command_hook(
+        "claude-code",
+        &["--url", &s.base, "--token", "hook-token-1"],
+        payload.as_bytes(),
+    );
+    assert_eq!((code, out.as_str()), (0, "{}"), "{err}");
+    let (code, out, err) = command_hook(
+        "claude-code",
+        &["--url", &s.base, "--token", "wrong"],
+        payload.as_bytes(),
+    );
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("401"), "{err}");
+    // Not JSON on stdin: the service's 400 is reported, the agent goes on.
+    let (code, _, err) = command_hook(
+        "claude-code",
+        &["--url", &s.base, "--token", "hook-token-1"],
+        b"{not json",
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("400 invalid_json"), "{err}");
+    // A misconfigured hook never exits 2, which would block the tool call.
+    let (code, _, err) = command_hook("claude-cod", &[], payload.as_bytes());
+    assert_eq!(code, 1, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_hook_payloads_are_400_naming_the_field_and_change_nothing() {
+    let backend = Backend::embedded();
+    let s = backend.start(&[]);
+    let client = http_client();
+    s.ready(&client).await;
+    let good = fixture("claude-code-stuck.jsonl")[4].clone();
+    let mut cases: Vec<(Value, &str)> = Vec::new();
+    let mut no_session = good.clone();
+    no_session.as_object_mut().unwrap().remove("session_id");
+    cases.push((no_session, "."));
+    let mut empty = good.clone();
+    empty["session_id"] = json!("");
+    cases.push((empty, "session_id"));
+    let mut array_input = good.clone();
+    array_input["tool_input"] = json!(["python3", "test_textstats.py"]);
+    cases.push((array_input, "tool_input"));
+    let mut numeric_error = good.clone();
+    numeric_error["error"] = json!(1);
+    cases.push((numeric_error, "error"));
+    let mut gemini = cases[..3].to_vec();
+    let mut numeric_reply = good.clone();
+    numeric_reply["prompt_response"] = json!(42);
+    gemini.push((numeric_reply, "prompt_response"));
+    let all = cases
+        .into_iter()
+        .map(|c| ("claude-code", c))
+        .chain(gemini.into_iter().map(|c| ("gemini-cli", c)));
+    for (agent, (body, path)) in all {
+        let r = client
+            .post(s.url(&format!("/v1/hooks/{agent}")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let err: Value = r.json().await.unwrap();
+        assert_eq!(
+            (status.as_u16(), err["path"].as_str()),
+            (400, Some(path)),
+            "{agent} {body}: {err}"
+        );
+    }
+    let r = client
+        .post(s.url("/v1/hooks/claude-code"))
+        .header("content-type", "application/json")
+        .body("{\"session_id\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let list: Value = s.get_json(&client, "/v1/tasks").await;
+    assert_eq!(list["total"], 0, "{list}");
+}
