@@ -122,9 +122,20 @@ mod tests {
                 &format!("Could not find [{q}]. Similar: [{similar}]"),
             )
         };
-        let a = cnf("VIVA Media AG", "'VIVA Plus', 'Vauxhall Viva', 'GfK charts'");
-        let b = cnf("VIVA Media AG 2004", "'VIVA Plus', 'Vauxhall Viva', 'Opel Astra'");
-        let c = cnf("Marathi lyrics", "'Raundal', 'Deewani Mastani', 'Ved (film)'");
+        // Five suggestions, as a search tool gives them: the sentence around them is shared by
+        // every answer, the suggestions are what tells two answers apart.
+        let a = cnf(
+            "VIVA Media AG",
+            "'VIVA Plus', 'Vauxhall Viva', 'GfK Entertainment charts', 'Lyca Dhyan', 'VIVA (TV station)'",
+        );
+        let b = cnf(
+            "VIVA Media AG 2004",
+            "'VIVA Plus', 'Vauxhall Viva', 'GfK Entertainment charts', 'Opel Astra', 'VIVA (TV station)'",
+        );
+        let c = cnf(
+            "Marathi lyrics",
+            "'Raundal', 'Deewani Mastani', 'Ved (film)', 'Sairat soundtrack', 'Ajay-Atul discography'",
+        );
         assert!(a.starts_with("could not find [\u{1}]."), "{a}");
         assert!(word_overlap(&a, &b) > 0.4, "{}", word_overlap(&a, &b));
         assert!(word_overlap(&a, &c) < 0.4, "{}", word_overlap(&a, &c));
