@@ -262,7 +262,12 @@ mod tests {
         emit(&records, None);
         assert_eq!(
             *seen.0.lock().unwrap(),
-            ["loop cycle true cycle.period", "pivot", "gate", "reset success"]
+            [
+                "loop cycle true cycle.period",
+                "pivot",
+                "gate",
+                "reset success"
+            ]
         );
     }
 

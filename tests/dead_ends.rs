@@ -587,8 +587,7 @@ fn investigate_fix_and_rerun(command: &str, outputs: [&str; 4]) -> Vec<loopguard
 
 #[tokio::test]
 async fn the_very_same_failure_across_an_investigation_is_a_loop_but_not_when_it_moves() {
-    // Four runs of one script, 13 events from first to last — beyond the span rule's window:
-    // `rerun_window` looks further back for the very same error lines as written.
+    // Four runs of one script, 13 events from first to last, within `span_window` (17).
     let vs = feed(
         &engine(Config::default()),
         investigate_fix_and_rerun("python reproduce.py", [TRACEBACK; 4]),
@@ -602,9 +601,9 @@ async fn the_very_same_failure_across_an_investigation_is_a_loop_but_not_when_it
     );
     assert_eq!(vs[12].rule.as_deref(), Some("dead_end.unmoved_reruns"));
 
-    // The window is what sees them: at the span rule's window the runs are too far apart.
+    // The window is what sees them: at a window of 9 the runs are too far apart.
     let mut cfg = Config::default();
-    cfg.detect.dead_ends.rerun_window = cfg.detect.dead_ends.span_window;
+    cfg.detect.dead_ends.span_window = 9;
     let vs = feed(
         &engine(cfg),
         investigate_fix_and_rerun("python reproduce.py", [TRACEBACK; 4]),

@@ -81,11 +81,7 @@ async fn regression_worse_each_time() {
             json!({"type": "progress", "tests_failed": failed, "tests_passed": 10}),
         )
     };
-    let vs = feed(
-        &engine(Config::default()),
-        (1..=5).map(progress).collect(),
-    )
-    .await;
+    let vs = feed(&engine(Config::default()), (1..=5).map(progress).collect()).await;
     fired(&vs, "regression.worse_each_time");
 }
 
@@ -94,8 +90,18 @@ async fn collaboration_same_request() {
     let vs = feed(
         &engine(Config::default()),
         vec![
-            collab("t", "dev", "qa", "Please review the login page for accessibility issues."),
-            collab("t", "dev", "qa", "Could you review the login page for accessibility problems?"),
+            collab(
+                "t",
+                "dev",
+                "qa",
+                "Please review the login page for accessibility issues.",
+            ),
+            collab(
+                "t",
+                "dev",
+                "qa",
+                "Could you review the login page for accessibility problems?",
+            ),
         ],
     )
     .await;
@@ -105,8 +111,20 @@ async fn collaboration_same_request() {
 #[tokio::test]
 async fn cycle_period() {
     let (a, b) = (
-        || bash("git stash", "Saved working directory and index state WIP on main", false),
-        || bash("git stash pop", "On branch main\nChanges not staged for commit", false),
+        || {
+            bash(
+                "git stash",
+                "Saved working directory and index state WIP on main",
+                false,
+            )
+        },
+        || {
+            bash(
+                "git stash pop",
+                "On branch main\nChanges not staged for commit",
+                false,
+            )
+        },
     );
     let vs = feed(
         &engine(Config::default()),
@@ -146,9 +164,18 @@ async fn response_repeat() {
     let vs = feed(
         &engine(Config::default()),
         vec![
-            response("t", "I cannot change the booking: the fare is non-refundable."),
-            response("t", "I'm unable to change the booking because the fare is non-refundable."),
-            response("t", "I cannot change this booking, as the fare is non-refundable."),
+            response(
+                "t",
+                "I cannot change the booking: the fare is non-refundable.",
+            ),
+            response(
+                "t",
+                "I'm unable to change the booking because the fare is non-refundable.",
+            ),
+            response(
+                "t",
+                "I cannot change this booking, as the fare is non-refundable.",
+            ),
         ],
     )
     .await;
@@ -172,16 +199,42 @@ async fn negative_nothing_found_alike() {
     let vs = feed(
         &engine(Config::default()),
         vec![
-            response("t", "I need to search VIVA Media AG and find what their new acronym stands for."),
+            response(
+                "t",
+                "I need to search VIVA Media AG and find what their new acronym stands for.",
+            ),
             search("VIVA Media AG", similar),
-            response("t", "VIVA Media AG changed its name in 2004, so I need to search VIVA Media AG 2004."),
+            response(
+                "t",
+                "VIVA Media AG changed its name in 2004, so I need to search VIVA Media AG 2004.",
+            ),
             search("VIVA Media AG 2004", similar),
             response("t", "I need to search VIVA Media AG 2004 name change."),
-            search("VIVA Media AG 2004 name change", &similar.replace("'GfK Entertainment charts', ", "")),
+            search(
+                "VIVA Media AG 2004 name change",
+                &similar.replace("'GfK Entertainment charts', ", ""),
+            ),
         ],
     )
     .await;
     assert_eq!(fired(&vs, "negative.nothing_found_alike"), 5);
+    // One lookup asked three ways: the first two answered with the same suggestions, the third,
+    // the same question reworded, with others. Said alike once and asked alike, the three are one
+    // dead end.
+    let rainier = "'Mount Rainier', 'Mount Rainier National Park', 'Little Tahoma Peak', 'Emmons Glacier', 'Liberty Cap'";
+    let vs = feed(
+        &engine(Config::default()),
+        vec![
+            search("elevation of Mount Rainier", rainier),
+            search("Mount Rainier elevation", rainier),
+            search(
+                "Mount Rainier elevation in feet",
+                "'List of mountain peaks of the United States', 'Foot (unit)', 'Cascade Range', 'Washington (state)', 'Summit'",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(fired(&vs, "negative.nothing_found_alike"), 2);
     // Empty answers that suggest other things each time are new information.
     let vs = feed(
         &engine(Config::default()),
@@ -235,14 +288,17 @@ async fn finding_same_finding() {
 
 #[tokio::test]
 async fn steps_limit() {
+    // A step is entered when an event names another step than the one before: the worker's 4th
+    // entry, back from review each time, is one more than its limit of 3.
     let step = |i: u32| {
-        env(json!({"task_id": "t", "step": "worker",
+        let name = if i % 2 == 0 { "worker" } else { "review" };
+        env(json!({"task_id": "t", "step": name,
                    "event": {"type": "tool_call", "tool": "bash",
                              "args": {"command": format!("make target{i}")},
                              "result": {"output": format!("built target{i}")}}}))
     };
-    let vs = feed(&engine(Config::default()), (0..4).map(step).collect()).await;
-    assert_eq!(fired(&vs, "steps.limit"), 3);
+    let vs = feed(&engine(Config::default()), (0..7).map(step).collect()).await;
+    assert_eq!(fired(&vs, "steps.limit"), 6);
 }
 
 #[tokio::test]
@@ -268,8 +324,14 @@ async fn judge_grey_band() {
     let vs = feed(
         &judged(Config::default()),
         vec![
-            failure("t", "TypeError: Cannot read properties of undefined (reading 'name') in ProfileCard"),
-            failure("t", "ProfileCard crashed: cannot read property 'name' of undefined"),
+            failure(
+                "t",
+                "TypeError: Cannot read properties of undefined (reading 'name') in ProfileCard",
+            ),
+            failure(
+                "t",
+                "ProfileCard crashed: cannot read property 'name' of undefined",
+            ),
         ],
     )
     .await;
@@ -299,9 +361,15 @@ async fn judge_different_changes() {
     let fail = "FAILED tests/test_fmt.py::test_render - AssertionError: assert 'a|1' == 'a | 1'";
     let mut events = Vec::new();
     for (file, code) in [
-        ("src/fmt.py", "def render(table):\n    cells = [str(c) for c in table]"),
+        (
+            "src/fmt.py",
+            "def render(table):\n    cells = [str(c) for c in table]",
+        ),
         ("src/config.py", "SEPARATOR = ' | '\nsep = SEPARATOR"),
-        ("src/table.py", "class Table:\n    def __iter__(self):\n        return iter(self.rows)"),
+        (
+            "src/table.py",
+            "class Table:\n    def __iter__(self):\n        return iter(self.rows)",
+        ),
     ] {
         events.push(call_with(
             "t",
@@ -319,7 +387,9 @@ async fn judge_different_changes() {
 #[tokio::test]
 async fn judge_redone_calls() {
     let applied = |lines: usize| {
-        let view: String = (1..=lines).map(|i| format!("{i}:import pydantic\n")).collect();
+        let view: String = (1..=lines)
+            .map(|i| format!("{i}:import pydantic\n"))
+            .collect();
         call_with(
             "t",
             "edit",
@@ -331,7 +401,13 @@ async fn judge_redone_calls() {
     let vs = feed(
         &judged(Config::default()),
         vec![
-            call_with("t", "open", json!({"path": "mock.py"}), "[File: /r/mock.py (8 lines total)]", false),
+            call_with(
+                "t",
+                "open",
+                json!({"path": "mock.py"}),
+                "[File: /r/mock.py (8 lines total)]",
+                false,
+            ),
             applied(11),
             applied(12),
         ],

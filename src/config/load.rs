@@ -229,8 +229,7 @@ impl Config {
                 "detect.window",
                 format!(
                     "must hold max_period × repetitions = {} events to see a cycle, got {}",
-                    cycle_span,
-                    self.detect.window
+                    cycle_span, self.detect.window
                 ),
             );
         }

@@ -284,25 +284,18 @@ pub struct DeadEnds {
     pub attempt_similarity: f32,
     /// Work events searched for the same attempt ending the same way (the new one included).
     pub same_attempt_window: usize,
-    /// The same attempt ends the same way only when its output printed the same besides its
-    /// error lines: an option tried that shows something else has taught the agent something.
-    #[serde(default)]
-    pub same_rest: bool,
-    /// Work events searched for a repeated step with rewordings of one change between.
+    /// Work events searched for a repeated step with rewordings of one change between, and for
+    /// the same step re-run unchanged (`unmoved_reruns`).
     pub span_window: usize,
     /// Cosine at which two changes are the same change reworded, compared on what differs
     /// between them.
     pub change_similarity: f32,
     /// The very same call (a test or a script, unchanged) run this many times within
-    /// `rerun_window`, other work between every two runs, each run ending in exactly the same
+    /// `span_window`, other work between every two runs, each run ending in exactly the same
     /// error: the changes between never reached the failure. 0 = off; below `occurrences` it
     /// counts as `occurrences`.
     #[serde(default)]
     pub unmoved_reruns: usize,
-    /// Work events searched for those unchanged runs (the new one included). 0 uses
-    /// `span_window`.
-    #[serde(default)]
-    pub rerun_window: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -351,7 +344,7 @@ pub struct ContentLoops {
 }
 
 fn nothing_found_alike() -> f32 {
-    0.4
+    0.3
 }
 
 fn yes() -> bool {

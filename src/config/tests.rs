@@ -171,7 +171,7 @@ fn dead_ends_turned_off_by_a_high_threshold_still_load() {
     // them must not turn that into a configuration error (it counts from `occurrences` up).
     let c = Config::from_toml_str("[detect.dead_ends]\noccurrences = 1000\n").unwrap();
     assert_eq!(c.detect.dead_ends.unmoved_reruns, 4);
-    assert_eq!(c.detect.dead_ends.rerun_window, 17);
+    assert_eq!(c.detect.dead_ends.span_window, 17);
     let off = Config::from_toml_str("[detect.dead_ends]\nunmoved_reruns = 0\n").unwrap();
     assert_eq!(off.detect.dead_ends.unmoved_reruns, 0);
 }

@@ -215,9 +215,9 @@ fn dead_end(e: &Entry) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{period, redone, replay_rule};
-    use crate::signature::word_overlap as overlap;
     use crate::detect::testkit::{bash, Scene};
     use crate::detect::{Ctx, Finding};
+    use crate::signature::word_overlap as overlap;
 
     /// Both cycle rules, in the table's order.
     fn detect(ctx: &Ctx<'_>) -> Option<Finding> {

@@ -424,6 +424,15 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
                 if !semantic_on(cfg, channel) && !l.is_exact() {
                     l = Level::None;
                 }
+                if l.is_match()
+                    && !l.is_exact()
+                    && !text.is_exact()
+                    && !r1.negative
+                    && !r2.negative
+                    && selects_differently(a, b, &r1.sig, &r2.sig)
+                {
+                    l = Level::None;
+                }
                 (Some(l), c)
             }
             _ => (None, None),
@@ -450,6 +459,39 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
     }
     inherit_identity(state, &mut out);
     out
+}
+
+/// Words of a call or a result, as a selection would appear in both: lowercase, three characters
+/// or more, not a bare number.
+fn selection_words(text: &str) -> std::collections::HashSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Two calls that differ in what they select (`pytest -k read`, then `-k write`; a build of
+/// `util.c`, then of `pad.c`) whose results each name what their own call selected and not what
+/// the other did: the results differ exactly where the calls do, so however alike the rest of
+/// the output (one runner's banner and summary), each run reported on other work. A search that
+/// found nothing and quotes its query is not this: it found nothing either way (negative
+/// results are left out by the caller).
+fn selects_differently(
+    call_a: &TextSig,
+    call_b: &TextSig,
+    res_a: &TextSig,
+    res_b: &TextSig,
+) -> bool {
+    let (ca, cb) = (selection_words(&call_a.text), selection_words(&call_b.text));
+    let (ra, rb) = (selection_words(&res_a.text), selection_words(&res_b.text));
+    let own = |call: &std::collections::HashSet<String>,
+               other_call: &std::collections::HashSet<String>,
+               res: &std::collections::HashSet<String>,
+               other_res: &std::collections::HashSet<String>| {
+        call.iter()
+            .any(|w| !other_call.contains(w) && res.contains(w) && !other_res.contains(w))
+    };
+    own(&ca, &cb, &ra, &rb) && own(&cb, &ca, &rb, &ra)
 }
 
 /// On the exact fast path the model is not asked, so the new event is not compared with the

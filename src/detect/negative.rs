@@ -6,8 +6,8 @@
 use super::recent;
 use super::repeat::strongest;
 use super::{fmt_cos, Ctx, Finding, Link};
-use crate::signature::word_overlap;
-use crate::state::{Entry, EntryBody};
+use crate::signature::residue_overlap;
+use crate::state::{Entry, EntryBody, TextSig};
 use crate::verdict::LoopKind;
 
 fn negative_result(ctx: &Ctx<'_>, seq: u64) -> bool {
@@ -91,36 +91,46 @@ pub fn in_a_row(ctx: &Ctx<'_>) -> Option<Finding> {
 /// not find" sentence), not a page of code that happens to say "not found". The result match
 /// keeps different names apart (another file is other work), so these
 /// never link; what they share is their residue ([`crate::signature::residue`]), compared with
-/// the one after it at `repeats.nothing_found_alike` (the Dice overlap of their words). Empty
-/// answers that suggest other things each time have taught the agent something. Errors are left
+/// the one after it at `repeats.nothing_found_alike` ([`crate::signature::residue_overlap`]), or
+/// linked by the calls themselves being one attempt reworded, with at least one pair said alike.
+/// Empty answers that suggest other things each time have taught the agent something. Errors are left
 /// out: a different name in an error after a different call is usually the next problem.
 fn nothing_found_alike(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
-    fn empty_finding(e: &Entry) -> Option<&str> {
+    fn empty_finding(e: &Entry) -> Option<(&TextSig, &str)> {
         match &e.body {
             EntryBody::ToolCall {
+                call,
                 result: Some(r),
                 passive: false,
                 ..
             } if r.negative && !r.failed && !r.trivial && r.outcome.is_some() => {
-                r.residue.as_deref()
+                Some((call, r.residue.as_deref()?))
             }
             _ => None,
         }
     }
-    let mut later = empty_finding(ctx.entry)?;
+    let (mut later_call, mut later) = empty_finding(ctx.entry)?;
     let need = ctx.cfg.repeats.negative_result;
     let alike = ctx.cfg.repeats.nothing_found_alike;
     let mut earlier = Vec::new();
+    let mut said_alike = false;
     for e in recent(&ctx.past, need) {
-        match empty_finding(e) {
-            Some(r) if word_overlap(r, later) >= alike => {
-                earlier.push(e.seq);
-                later = r;
-            }
-            _ => break,
+        let Some((call, r)) = empty_finding(e) else {
+            break;
+        };
+        // Said alike, or asked alike: one lookup reworded ("Los Angeles Dogers in 2007", then
+        // "Dodgers"), each a dead end whatever the tool suggested for the misspelling. Asked
+        // alike alone is not enough: searches that each come back with other suggestions
+        // ("Marathi songs", "Marathi lyrics", then the one page that answers) are learning.
+        let said = residue_overlap(r, later) >= alike;
+        if !(said || super::dead_end::same_attempt(&ctx.cfg.dead_ends, call, later_call)) {
+            break;
         }
+        said_alike |= said;
+        earlier.push(e.seq);
+        (later_call, later) = (call, r);
     }
-    (need > 0 && earlier.len() >= need).then_some(earlier)
+    (need > 0 && said_alike && earlier.len() >= need).then_some(earlier)
 }
 
 #[cfg(test)]

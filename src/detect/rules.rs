@@ -187,7 +187,7 @@ pub static RULES: &[Rule] = &[
         id: "dead_end.unmoved_reruns",
         kinds: &[K::SameError],
         statement: "the very same call fails with the very same error lines, as written, again and again with other work between",
-        settings: &["detect.dead_ends.unmoved_reruns", "detect.dead_ends.rerun_window"],
+        settings: &["detect.dead_ends.unmoved_reruns", "detect.dead_ends.span_window"],
         check: Check::Loop(dead_end::unmoved_reruns_rule),
     },
     Rule {
@@ -222,7 +222,7 @@ pub static RULES: &[Rule] = &[
         id: "judge.different_changes",
         kinds: &[K::SameError],
         statement: "the same step fails the same way, as written, after different changes",
-        settings: &["detect.dead_ends.occurrences", "detect.dead_ends.span_window", "detect.dead_ends.rerun_window"],
+        settings: &["detect.dead_ends.occurrences", "detect.dead_ends.span_window"],
         check: Check::Ask(questions::different_changes),
     },
     Rule {
@@ -280,7 +280,9 @@ pub fn run(ctx: &Ctx<'_>) -> Option<Hit> {
 
 /// The table as Markdown: id, kinds, statement, settings (docs/DETECTION.md's rule table).
 pub fn markdown() -> String {
-    let mut out = String::from("| # | rule | outcome | kinds | what it says | settings |\n|---|---|---|---|---|---|\n");
+    let mut out = String::from(
+        "| # | rule | outcome | kinds | what it says | settings |\n|---|---|---|---|---|---|\n",
+    );
     for (i, r) in RULES.iter().enumerate() {
         let kinds: Vec<&str> = r.kinds.iter().map(|k| k.as_str()).collect();
         let settings: Vec<String> = r.settings.iter().map(|s| format!("`{s}`")).collect();

@@ -10,8 +10,7 @@ use crate::event::{Envelope, Event};
 use crate::signature::{
     args_text, canonical_json, classify, echo_key, head_tail, is_negative_result,
     is_trivial_result, key64, measured_numbers, normalize, numbers, outcome_in_task, output_text,
-    AmbientLines,
-    resource_ids, sha256_hex, template_key, FailureSignature, TestMetrics,
+    resource_ids, sha256_hex, template_key, AmbientLines, FailureSignature, TestMetrics,
 };
 use crate::state::{
     Channel, Entry, EntryBody, MetricsObs, ResultSig, TextSig, MAX_NUMBERS, METRICS_FROM_FAILURES,

@@ -173,7 +173,11 @@ pub(super) fn measure(
         };
         rows.push(RuleRow {
             rule: id,
-            outcome: if rule.is_question() { "question" } else { "loop" },
+            outcome: if rule.is_question() {
+                "question"
+            } else {
+                "loop"
+            },
             first,
             decided_runs,
             without,
@@ -367,7 +371,10 @@ fn list(ids: &[String]) -> String {
     if ids.is_empty() {
         return "0".into();
     }
-    let names: Vec<&str> = ids.iter().map(|i| i.rsplit('/').next().unwrap_or(i)).collect();
+    let names: Vec<&str> = ids
+        .iter()
+        .map(|i| i.rsplit('/').next().unwrap_or(i))
+        .collect();
     format!("{} ({})", ids.len(), names.join(", "))
 }
 

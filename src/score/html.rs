@@ -285,7 +285,10 @@ fn run_section(row: &Row, events: &[Envelope], verdicts: &[Verdict]) -> String {
             "<span class=\"badge loop\">loop</span> first at event {} ({}) · max loop count {}",
             row.first_loop.as_ref().map(|f| f.0).unwrap_or(0),
             escape(&words(
-                row.first_loop.as_ref().map(|f| f.1.as_str()).unwrap_or("none")
+                row.first_loop
+                    .as_ref()
+                    .map(|f| f.1.as_str())
+                    .unwrap_or("none")
             )),
             row.max_loop_count
         )

@@ -156,8 +156,7 @@ fn each_action_is_answered_in_each_agents_format() {
     );
 
     let before = event(Agent::ClaudeCode, Point::BeforeTool, "PreToolUse");
-    let a =
-        serde_json::to_value(stop_answer(Agent::ClaudeCode, &before, "stop".into())).unwrap();
+    let a = serde_json::to_value(stop_answer(Agent::ClaudeCode, &before, "stop".into())).unwrap();
     assert_eq!(a["hookSpecificOutput"]["permissionDecision"], "deny");
     assert_eq!(a["continue"], false);
 }

@@ -14,7 +14,7 @@ mod normalize;
 mod outcome;
 mod results;
 
-pub use echo::{echo_key, residue};
+pub use echo::{echo_key, residue, residue_overlap};
 pub use normalize::*;
 pub use outcome::{
     error_lines, outcome_in_task, outcome_of, template_key, AmbientLine, AmbientLines, Outcome,

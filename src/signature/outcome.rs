@@ -63,13 +63,6 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
-impl Outcome {
-    /// Did the two outputs print the same besides their error lines? Unknown counts as yes.
-    pub fn same_rest(&self, other: &Outcome) -> bool {
-        self.rest == 0 || other.rest == 0 || self.rest == other.rest
-    }
-}
-
 static ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r#"(?x)
@@ -170,7 +163,8 @@ fn error_lines_and_rest_of(output: &str, echoed: &[&str]) -> (Vec<String>, u64) 
         }
         // A "nothing found" sentence is its first sentence, however long the suggestions after
         // it; other lines that long are content, not a message.
-        let nothing_found = NOTHING_FOUND.is_match(l.trim())
+        let nothing_found = NOTHING_FOUND
+            .is_match(l.trim())
             .then(|| {
                 let l = l.trim();
                 l.find(". ").map_or(l, |i| &l[..=i])
@@ -302,7 +296,8 @@ impl AmbientLines {
             }
         };
         let sightings = &mut self.seen[i].1;
-        if sightings.len() < AMBIENT_AFTER && !sightings.iter().any(|(c, r)| *c == call || *r == rest)
+        if sightings.len() < AMBIENT_AFTER
+            && !sightings.iter().any(|(c, r)| *c == call || *r == rest)
         {
             sightings.push((call, rest));
         }
@@ -471,7 +466,10 @@ mod tests {
             })
             .collect();
         assert!(outcomes[0].is_some() && outcomes[1].is_some());
-        assert_eq!(outcomes[2], None, "printed after three different calls: the environment's");
+        assert_eq!(
+            outcomes[2], None,
+            "printed after three different calls: the environment's"
+        );
         // A real failure after it is still the call's.
         let o = outcome_in_task(
             &format!("{banner}\nTraceback (most recent call last):\n  File \"t.py\", line 1\nKeyError: 'x'"),
@@ -491,7 +489,10 @@ mod tests {
         };
         for (i, preview) in ["x = 1", "  y = 2", "   z = 3", "w = 4"].iter().enumerate() {
             let o = outcome_in_task(&rejected(preview), 100 + i as u64, &[], &mut ambient);
-            assert!(o.is_some(), "edit {i}: the same rejection around another preview");
+            assert!(
+                o.is_some(),
+                "edit {i}: the same rejection around another preview"
+            );
         }
         for i in 0..5 {
             let o = outcome_in_task(
@@ -520,7 +521,8 @@ mod tests {
         let a = out("Could not find [VIVA Media AG]. Similar: ['VIVA Plus', 'Vauxhall Viva']");
         assert_eq!(a.text, "Could not find [VIVA Media AG].");
         let b = out("Could not find [\"Wallace and Gromit\"]. Similar: ['Wallace and Gromit']");
-        let c = out("Could not find [\"A Grand Day Out\"]. Similar: ['A Close Shave', 'Nick Park']");
+        let c =
+            out("Could not find [\"A Grand Day Out\"]. Similar: ['A Close Shave', 'Nick Park']");
         assert_eq!(b.template, c.template);
         assert_ne!(b.exact, c.exact);
         assert!(outcome_of("        if not found:\n            return None").is_none());

@@ -71,7 +71,7 @@ fn same_by_keys(a: &TextSig, b: &TextSig) -> bool {
 
 /// Are two calls the same attempt? Equal but for numbers, or close by cosine. No resource or
 /// numbers guard here: the outcome, not the call, says whether anything changed.
-fn same_attempt(cfg: &DeadEnds, a: &TextSig, b: &TextSig) -> bool {
+pub(crate) fn same_attempt(cfg: &DeadEnds, a: &TextSig, b: &TextSig) -> bool {
     if same_by_keys(a, b) {
         return true;
     }
@@ -166,9 +166,7 @@ pub fn same_attempt_rule(ctx: &Ctx<'_>) -> Option<Finding> {
         .filter_map(|e| attempt(e))
         .filter(|a| match a.outcome {
             // The same error after the same attempt, reworded or not.
-            Some(p) if p.exact == o.exact => {
-                same_attempt(cfg, a.call, new.call) && (!cfg.same_rest || p.same_rest(o))
-            }
+            Some(p) if p.exact == o.exact => same_attempt(cfg, a.call, new.call),
             // The same kind of error about another name: only when the attempt itself did not
             // change (one line inserted at another place, the linter pointing at another name);
             // an attempt that changed and now fails on something else has moved on.
@@ -421,14 +419,7 @@ fn unmoved(p: &Outcome, o: &Outcome) -> bool {
 fn unmoved_reruns(cfg: &DeadEnds, past: &[&Entry], new: &Attempt<'_>, o: &Outcome) -> Vec<u64> {
     let mut runs = Vec::new();
     let mut work_since = 0usize;
-    // Looking further back than the span rule: a test re-run between fixes comes every few
-    // events, and error lines unchanged as written are evidence enough at that distance.
-    let reach = if cfg.rerun_window > 0 {
-        cfg.rerun_window
-    } else {
-        cfg.span_window
-    };
-    for e in recent(past, reach.saturating_sub(1)) {
+    for e in recent(past, cfg.span_window.saturating_sub(1)) {
         match attempt(e) {
             Some(a) if same_by_keys(a.call, new.call) => {
                 let same = a.outcome.is_some_and(|p| unmoved(p, o));
@@ -586,7 +577,7 @@ fn span(ctx: &Ctx<'_>) -> Option<Span> {
 /// options out? Returns the earlier runs, newest first. "The same way" is the error lines as
 /// written, numbers included: a failure whose counts or values moved after a change was reached
 /// by it, which is not a question worth a judge's call. The very same call failing that way
-/// with any other work between is found further back, within `rerun_window` (rule 2c's runs
+/// with any other work between is found further back, within `span_window` (rule 2c's runs
 /// before they are enough for a loop).
 pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     let cfg = &ctx.cfg.dead_ends;

@@ -1,6 +1,6 @@
 use super::{different_attempts, different_changes, timeouts};
-use crate::detect::{Ctx, Finding};
 use crate::detect::testkit::{bash, Scene};
+use crate::detect::{Ctx, Finding};
 use crate::verdict::LoopKind;
 use serde_json::json;
 
@@ -91,7 +91,9 @@ fn another_name_after_a_change_that_worked_is_progress() {
 fn one_step_refusing_each_name_the_change_before_it_tried_is_a_loop() {
     let edit = |name: &str| {
         bash(
-            &format!("cat > reproduce.py <<EOF\nfrom metar import Metar\nm = Metar.{name}(report)\nEOF"),
+            &format!(
+                "cat > reproduce.py <<EOF\nfrom metar import Metar\nm = Metar.{name}(report)\nEOF"
+            ),
             "",
         )
     };
@@ -151,13 +153,11 @@ fn calls_refused_as_written_in_a_row_are_a_loop() {
 }
 
 #[test]
-fn unmoved_reruns_are_looked_for_within_the_rerun_window() {
-    // Four runs three work events apart span ten events: seen at a window of 10, not 9; a
-    // window of 0 is the span rule's.
+fn unmoved_reruns_are_looked_for_within_the_span_window() {
+    // Four runs three work events apart span ten events: seen at a window of 10, not 9.
     let run = |s: &mut Scene| s.detect(detect, bash("python run.py", "KeyError: 'name'"));
-    for (rerun_window, span_window, fires) in [(10, 9, true), (9, 9, false), (0, 10, true)] {
+    for (span_window, fires) in [(10, true), (9, false)] {
         let mut s = Scene::with(|c| {
-            c.detect.dead_ends.rerun_window = rerun_window;
             c.detect.dead_ends.span_window = span_window;
         });
         assert!(run(&mut s).is_none());
@@ -176,7 +176,7 @@ fn unmoved_reruns_are_looked_for_within_the_rerun_window() {
             }
             let f = run(&mut s);
             if k == 2 {
-                assert_eq!(f.is_some(), fires, "rerun_window {rerun_window}");
+                assert_eq!(f.is_some(), fires, "span_window {span_window}");
             } else {
                 assert!(f.is_none());
             }

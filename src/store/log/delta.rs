@@ -4,10 +4,10 @@
 //! pushed. A busy task's state is ~9 KB of JSON; one event's delta is a few hundred bytes plus
 //! the new window entry.
 
+use crate::signature::AmbientLine;
 use crate::state::{
     Entry, EntryBody, MetricsObs, PeriodicRun, ProgressMark, StreamTail, TaskState, VerdictSummary,
 };
-use crate::signature::AmbientLine;
 use crate::verdict::TaskStatus;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
