@@ -6,6 +6,7 @@ mod eval;
 mod loops;
 mod score;
 mod serve;
+mod store;
 
 use clap::{Parser, Subcommand};
 use loopguard::config::{Config, ConfigError};
@@ -63,6 +64,10 @@ pub enum Command {
     /// service answers GET /v1/feedback/export while it runs).
     #[command(subcommand)]
     Feedback(loops::FeedbackCommand),
+    /// The embedded store's task log, offline: `verify` reports any damage (file, byte, tasks
+    /// affected); `salvage --to DIR` writes a new log of every intact record.
+    #[command(subcommand)]
+    Store(store::StoreCommand),
     /// Print the service's OpenAPI document for the effective configuration (its limits and
     /// security); the copy for the defaults is committed as docs/openapi.json.
     Openapi,
@@ -107,6 +112,7 @@ pub fn main() -> ExitCode {
     };
     init_logging(cli.log_format, cli.log.as_deref().unwrap_or(default_log));
     let result = match &cli.command {
+        Command::Store(cmd) => return store::run(&cli, cmd),
         Command::Serve(args) => serve::run(&cli, args),
         Command::Score(args) => score::run(&cli, args),
         Command::Compare(args) => compare::run(&cli, args),
