@@ -7,6 +7,8 @@
 //! Run: `cargo bench --bench dashboard` (after `python3 models/fetch.py`). Prints Markdown tables.
 //! `LOAD_SECONDS` sets how long each throughput cell runs (default 5).
 
+mod common;
+
 use serde_json::{json, Value};
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -41,6 +43,7 @@ impl Server {
             .trim()
             .trim_start_matches("loopguard listening on ")
             .to_string();
+        common::wait_open(&base);
         Server {
             child,
             base,

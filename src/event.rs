@@ -277,19 +277,54 @@ pub fn parse_event_value(value: serde_json::Value) -> Result<Event, InputError> 
     serde_path_to_error::deserialize(value).map_err(path_error)
 }
 
-/// A task id as the contract allows it: 1..256 characters, no control characters.
-pub fn validate_task_id(path: &str, id: &str) -> Result<(), InputError> {
+/// Characters a task id may not hold besides control characters: invisible ones and those that
+/// reorder text (bidirectional overrides and isolates, zero-width spaces and joiners, the byte
+/// order mark). An id is shown in the dashboard and in logs; with these, `invoice-7` and a
+/// look-alike that is another task, or an id that prints backwards, could not be told apart.
+pub const INVISIBLE_CHARS: &[(char, char)] = &[
+    ('\u{00ad}', '\u{00ad}'),
+    ('\u{061c}', '\u{061c}'),
+    ('\u{180e}', '\u{180e}'),
+    ('\u{200b}', '\u{200f}'),
+    ('\u{202a}', '\u{202e}'),
+    ('\u{2060}', '\u{2064}'),
+    ('\u{2066}', '\u{206f}'),
+    ('\u{feff}', '\u{feff}'),
+    ('\u{fff9}', '\u{fffb}'),
+];
+
+/// What is wrong with a task id, if anything: 1..256 characters, no control or invisible
+/// characters ([`INVISIBLE_CHARS`]), and not whitespace alone.
+pub fn task_id_problem(id: &str) -> Option<String> {
     let chars = id.chars().count();
     if chars == 0 || chars > MAX_TASK_ID_CHARS {
-        return Err(InputError::new(
-            path,
-            format!("must be 1..{MAX_TASK_ID_CHARS} characters, got {chars}"),
+        return Some(format!(
+            "must be 1..{MAX_TASK_ID_CHARS} characters, got {chars}"
         ));
     }
-    if id.chars().any(char::is_control) {
-        return Err(InputError::new(path, "must not contain control characters"));
+    if let Some((i, c)) = id.chars().enumerate().find(|(_, c)| {
+        c.is_control()
+            || INVISIBLE_CHARS
+                .iter()
+                .any(|(lo, hi)| (*lo..=*hi).contains(c))
+    }) {
+        return Some(format!(
+            "must not contain control or invisible characters (U+{:04X} at character {i})",
+            c as u32
+        ));
     }
-    Ok(())
+    if id.chars().all(char::is_whitespace) {
+        return Some("must not be whitespace alone".into());
+    }
+    None
+}
+
+/// A task id as the contract allows it ([`task_id_problem`]), or the error naming `path`.
+pub fn validate_task_id(path: &str, id: &str) -> Result<(), InputError> {
+    match task_id_problem(id) {
+        Some(why) => Err(InputError::new(path, why)),
+        None => Ok(()),
+    }
 }
 
 fn validate(mut envelope: Envelope) -> Result<Envelope, InputError> {

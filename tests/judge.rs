@@ -27,6 +27,8 @@ enum Mode {
     Garbage,
     /// HTTP 500.
     Fails,
+    /// A 2 MB answer, streamed without a length, that would say "loop" if read whole.
+    Huge,
 }
 
 #[derive(Clone)]
@@ -47,6 +49,18 @@ async fn chat(State(m): State<Mock>, Json(body): Json<Value>) -> Response {
         Mode::Garbage => "I think it is probably fine, hard to say.".to_string(),
         Mode::Fails => {
             return (StatusCode::INTERNAL_SERVER_ERROR, "upstream exploded").into_response()
+        }
+        Mode::Huge => {
+            let reason = "x".repeat(2 << 20);
+            let content = json!({"verdict": "loop", "reason": reason}).to_string();
+            let body = json!({"id": "chatcmpl-test", "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]})
+            .to_string()
+            .into_bytes();
+            let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+                body.chunks(32 << 10).map(|c| Ok(c.to_vec())).collect();
+            return axum::body::Body::from_stream(futures_util::stream::iter(chunks))
+                .into_response();
         }
     };
     Json(json!({
@@ -222,6 +236,22 @@ async fn garbage_and_500s_are_undecided_never_a_crash() {
     e.evaluate(failure("t", A)).await.unwrap();
     let v = e.evaluate(failure("t", B)).await.unwrap();
     assert!(v.is_loop && v.judge.as_ref().unwrap().fallback);
+}
+
+/// A judge answering megabytes is cut off at `judge::http::MAX_ANSWER_BYTES`, not read whole:
+/// the answer counts as unusable and the fallback decides.
+#[tokio::test]
+async fn a_huge_answer_is_not_read_whole() {
+    let (url, _m) = mock(Mode::Huge).await;
+    let e = engine_with_judge(judge_config("openai", &url, &[]));
+    e.evaluate(failure("huge", A)).await.unwrap();
+    let v = e.evaluate(failure("huge", B)).await.unwrap();
+    let j = v.judge.as_ref().expect("the judge was asked");
+    assert!(j.fallback, "{j:?}");
+    assert!(
+        !v.is_loop,
+        "the 2 MB answer saying loop was not taken: {v:?}"
+    );
 }
 
 #[tokio::test]

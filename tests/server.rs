@@ -36,6 +36,7 @@ on_both_stores!(
     openapi_and_operational_endpoints_answer,
     protocol_errors_hyper_answers_itself_have_the_json_error_body,
     slow_and_idle_connections_are_closed_and_readyz_stays_answered,
+    subtasks_past_the_limit_are_refused,
 );
 use serde_json::{json, Value};
 
@@ -184,7 +185,8 @@ async fn concurrent_load_never_hangs(backend: &Backend) {
                     .send()
                     .await
                     .unwrap();
-                assert_eq!(r.status(), 200);
+                let status = r.status();
+                assert_eq!(status, 200, "{}", r.text().await.unwrap());
             }
         }));
     }
@@ -221,6 +223,47 @@ async fn openapi_and_operational_endpoints_answer(backend: &Backend) {
         .await
         .unwrap();
     assert!(metrics.contains("loopguard_model_ready 1"), "{metrics}");
+}
+
+/// A root takes `server.max_subtasks` subtasks; the next one's first event is 409
+/// `too_many_subtasks` naming `parent_task_id`; its existing subtasks go on; once the root is
+/// deleted, its subtasks' links are gone with it and new ones are taken again.
+async fn subtasks_past_the_limit_are_refused(backend: &Backend) {
+    let s = backend.start(&["--set", "server.max_subtasks=5"]);
+    let client = http_client();
+    let sub = |i: usize| {
+        json!({"task_id": format!("sub-{i}"), "parent_task_id": "root",
+               "event": {"type": "failure", "message": "ImportError: no module named yaml"}})
+    };
+    for i in 0..5 {
+        let (status, v) = post(&client, &s, sub(i)).await;
+        assert_eq!(status, 200, "{v}");
+    }
+    let (status, v) = post(&client, &s, sub(5)).await;
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["code"], "too_many_subtasks");
+    assert_eq!(v["path"], "parent_task_id");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("server.max_subtasks"),
+        "{v}"
+    );
+    let (status, v) = post(&client, &s, sub(2)).await;
+    assert_eq!(status, 200, "a subtask it has goes on: {v}");
+    let (status, _) = post(&client, &s, failure("root", "x")).await;
+    assert_eq!(status, 200);
+    let task = s.get_json(&client, "/v1/tasks/root").await;
+    assert_eq!(
+        task["events_total"].as_u64(),
+        Some(7),
+        "the refused event was not applied"
+    );
+    let r = client.delete(s.url("/v1/tasks/root")).send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    let (status, v) = post(&client, &s, sub(5)).await;
+    assert_eq!(status, 200, "{v}");
 }
 
 /// `host:port` of a server, for raw sockets.
@@ -414,4 +457,239 @@ async fn slow_and_idle_connections_are_closed_and_readyz_stays_answered(backend:
         count("header_timeout") + count("idle_timeout") + count("evicted") >= 18.0,
         "{metrics:?}"
     );
+}
+
+// ---- Slow clients (the connection layer is the same on both stores: run once) ---------------
+
+/// Raise this process's open-file limit: the tests below hold a thousand sockets.
+fn raise_open_files(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the struct passed to them, nothing else.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        if lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+    }
+}
+
+fn closed_count(metrics: &str, reason: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("loopguard_http_connections_closed_total")
+                && l.contains(&format!("reason=\"{reason}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A request head trickled in at one byte a second is cut at the header timeout counted from
+/// its first byte (±1 s) — not at the idle timeout, however steadily the bytes come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_at_one_byte_a_second_are_cut_at_the_header_timeout() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Backend::embedded().start(&[
+        "--set",
+        "server.header_read_timeout_ms=3000",
+        "--set",
+        "server.idle_timeout_secs=60",
+    ]);
+    let client = http_client();
+    let head = b"GET /livez HTTP/1.1\r\nhost: x\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let mut sock = tokio::net::TcpStream::connect(addr(&s)).await.unwrap();
+        let mut buf = [0u8; 256];
+        let started = Instant::now();
+        let mut closed_after = None;
+        for b in head.iter() {
+            if sock.write_all(&[*b]).await.is_err() {
+                closed_after = Some(started.elapsed());
+                break;
+            }
+            match tokio::time::timeout(Duration::from_secs(1), sock.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => {
+                    closed_after = Some(started.elapsed());
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let took = closed_after.expect("the server closed the connection");
+        tries.push(took);
+    }
+    for took in &tries {
+        assert!(
+            *took >= Duration::from_secs(2) && *took <= Duration::from_secs(4),
+            "closed after {took:?}; the header timeout is 3 s: {tries:?}"
+        );
+    }
+    let m = s.get_text(&client, "/metrics").await;
+    assert!(closed_count(&m, "header_timeout") >= 3.0, "{m}");
+}
+
+/// A slow request body: answered 408 `body_timeout` past the body timeout; a body larger than
+/// the limit announced with `Expect: 100-continue` is answered 413 before it is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_time_out_and_oversized_ones_are_refused_before_they_are_sent() {
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncWriteExt;
+    let s = Backend::embedded().start(&["--set", "server.body_read_timeout_ms=1500"]);
+    let client = http_client();
+    s.ready(&client).await;
+    let mut sock = tokio::net::TcpStream::connect(addr(&s)).await.unwrap();
+    sock.write_all(
+        b"POST /v1/evaluate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 80\r\n\r\n{\"task_id\"",
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let (bytes, closed) = read_until_closed(&mut sock, Duration::from_secs(10)).await;
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(closed, "closed after the answer");
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("\"body_timeout\""), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let mut sock = tokio::net::TcpStream::connect(addr(&s)).await.unwrap();
+    sock.write_all(
+        b"POST /v1/evaluate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2000000\r\nexpect: 100-continue\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let (bytes, _) = read_until_closed(&mut sock, Duration::from_secs(5)).await;
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.starts_with("HTTP/1.1 413"),
+        "413, not 100 Continue: {text}"
+    );
+    assert!(text.contains("\"body_too_large\""), "{text}");
+}
+
+/// A thousand connections trickling request bodies: `/readyz` is still answered in under
+/// 100 ms; and at a low connection cap, slow bodies are closed to let new connections in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_slow_bodies_leave_readyz_fast() {
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncWriteExt;
+    raise_open_files(4096);
+    for (cap, bodies) in [(1024usize, 1000usize), (64, 200)] {
+        let s = Backend::embedded().start(&[
+            "--set",
+            &format!("server.max_connections={cap}"),
+            "--set",
+            "server.body_read_timeout_ms=30000",
+        ]);
+        let client = http_client();
+        s.ready(&client).await;
+        let mut socks = Vec::new();
+        for _ in 0..bodies {
+            let mut sock = tokio::net::TcpStream::connect(addr(&s)).await.unwrap();
+            sock.write_all(
+                b"POST /v1/evaluate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{",
+            )
+            .await
+            .unwrap();
+            socks.push(sock);
+        }
+        // Keep them trickling: a byte each, every 500 ms.
+        let trickle = tokio::spawn(async move {
+            for _ in 0..20 {
+                for sock in socks.iter_mut() {
+                    let _ = sock.write_all(b" ").await;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            socks
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let fresh = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let mut took = Vec::new();
+        for _ in 0..21 {
+            let started = Instant::now();
+            let r = fresh.get(s.url("/readyz")).send().await.unwrap();
+            took.push(started.elapsed());
+            assert_eq!(r.status(), 200);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        took.sort();
+        let median = took[took.len() / 2];
+        println!(
+            "/readyz under {bodies} slow bodies (cap {cap}): median {median:?}, max {:?}",
+            took.last().unwrap()
+        );
+        assert!(
+            median < Duration::from_millis(100),
+            "/readyz under {bodies} slow bodies: {took:?}"
+        );
+        if bodies > cap {
+            let m = s.get_text(&client, "/metrics").await;
+            assert!(
+                closed_count(&m, "evicted") >= 1.0,
+                "slow bodies were evicted at the cap: {m}"
+            );
+        }
+        trickle.abort();
+    }
+}
+
+/// What a task id may not be: invisible or reordering characters (a look-alike of another id),
+/// whitespace alone; and a path that is not valid percent-encoding is 400, not 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spoofing_task_ids_and_bad_paths_are_400() {
+    let s = Backend::embedded().start(&[]);
+    let client = http_client();
+    for id in [
+        "invoice\u{202e}7",
+        "a\u{200b}b",
+        "   ",
+        "\u{2028}",
+        "\u{feff}x",
+        "x\u{2066}y",
+    ] {
+        let (status, v) = post(&client, &s, failure(id, "boom")).await;
+        assert_eq!(status, 400, "{id:?}: {v}");
+        assert_eq!(v["path"], "task_id", "{v}");
+        let (status, v) = post(
+            &client,
+            &s,
+            json!({"task_id": "ok", "parent_task_id": id, "event": {"type": "failure", "message": "x"}}),
+        )
+        .await;
+        assert_eq!(status, 400, "{id:?}: {v}");
+        assert_eq!(v["path"], "parent_task_id", "{v}");
+    }
+    let (status, _) = post(&client, &s, failure("a b", "boom")).await;
+    assert_eq!(status, 200, "inner spaces are fine");
+    for path in ["/v1/tasks/%ZZ", "/v1/tasks/%E2%80%AE7", "/v1/tasks/%20"] {
+        let r = client.get(s.url(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            (status, v["code"].as_str()),
+            (400, Some("invalid_parameter")),
+            "{path}: {v}"
+        );
+    }
+    let r = client
+        .get(s.url("/v1/tasks?limit=1&limit=2"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "a parameter given twice");
 }

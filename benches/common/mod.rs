@@ -37,8 +37,91 @@ impl Server {
             .trim()
             .trim_start_matches("loopguard listening on ")
             .to_string();
+        wait_open(&base);
         Server { child, base, dir }
     }
+}
+
+/// Wait until the server's store is open: it listens at once and answers 503 `starting` while
+/// it replays its log.
+pub fn wait_open(base: &str) {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://");
+    for _ in 0..30_000 {
+        let answer = std::net::TcpStream::connect(addr).ok().and_then(|mut s| {
+            write!(
+                s,
+                "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            )
+            .ok()?;
+            let mut out = String::new();
+            s.read_to_string(&mut out).ok()?;
+            Some(out)
+        });
+        if answer.is_some_and(|a| !a.contains("\"starting\"")) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the store did not open within 300 s");
+}
+
+impl Server {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, and wait for the process to exit.
+    pub fn terminate(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+
+    /// Start the binary again on the same data directory; how long until it listened, and
+    /// until its store was open.
+    pub fn restart(&mut self, extra: &[&str]) -> (Duration, Duration) {
+        self.terminate();
+        let bin = std::env::var_os("LOOPGUARD_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_loopguard").into());
+        let started = std::time::Instant::now();
+        let mut child = Command::new(bin)
+            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+            .arg(self.dir.path())
+            .args(["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"])
+            .args(["--set", "detect.budget.max_events=0"])
+            .args(extra)
+            .env("LOOPGUARD_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start loopguard serve");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let listening = started.elapsed();
+        self.base = line
+            .trim()
+            .trim_start_matches("loopguard listening on ")
+            .to_string();
+        self.child = child;
+        wait_open(&self.base);
+        (listening, started.elapsed())
+    }
+}
+
+/// Resident memory of a process now, and its peak, in bytes (Linux `/proc`).
+pub fn rss(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }
 
 impl Drop for Server {

@@ -7,6 +7,7 @@ mod hook;
 mod loops;
 mod score;
 mod serve;
+mod store;
 
 use clap::{Parser, Subcommand};
 use loopguard::config::{Config, ConfigError};
@@ -64,6 +65,10 @@ pub enum Command {
     /// service answers GET /v1/feedback/export while it runs).
     #[command(subcommand)]
     Feedback(loops::FeedbackCommand),
+    /// The embedded store's task log, offline: `verify` reports any damage (file, byte, tasks
+    /// affected); `salvage --to DIR` writes a new log of every intact record.
+    #[command(subcommand)]
+    Store(store::StoreCommand),
     /// Print the service's OpenAPI document for the effective configuration (its limits and
     /// security); the copy for the defaults is committed as docs/openapi.json.
     Openapi,
@@ -155,6 +160,7 @@ pub fn main() -> ExitCode {
         return hook::run(args);
     }
     let result = match &cli.command {
+        Command::Store(cmd) => return store::run(&cli, cmd),
         Command::Serve(args) => serve::run(&cli, args),
         Command::Score(args) => score::run(&cli, args),
         Command::Compare(args) => compare::run(&cli, args),

@@ -93,9 +93,8 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let addr = cfg.server.addr.clone();
-        let state = server::AppState::open(Arc::new(cfg))
-            .await
-            .map_err(|e| e.to_string())?;
+        // Listening comes first: `/livez` answers while the store opens and replays its log
+        // (`/readyz` says when it can serve).
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
@@ -103,7 +102,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> Result<(), String> {
         // On stdout, so scripts starting it on port 0 learn the port.
         println!("loopguard listening on http://{local}");
         tracing::info!(event = "listening", addr = %local);
-        server::run(listener, state, server::shutdown_signal())
+        server::run(listener, Arc::new(cfg), server::shutdown_signal())
             .await
             .map_err(|e| e.to_string())
     })

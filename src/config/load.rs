@@ -346,11 +346,21 @@ impl Config {
                 format!("must be at least 8192, got {}", s.max_header_bytes),
             );
         }
-        if s.max_connections == 0 || s.header_read_timeout_ms == 0 || s.idle_timeout_secs == 0 {
+        if s.max_connections == 0
+            || s.header_read_timeout_ms == 0
+            || s.body_read_timeout_ms == 0
+            || s.idle_timeout_secs == 0
+        {
             return bad(
                 "server",
-                "max_connections, header_read_timeout_ms and idle_timeout_secs must be at least 1"
+                "max_connections, header_read_timeout_ms, body_read_timeout_ms and idle_timeout_secs must be at least 1"
                     .into(),
+            );
+        }
+        if s.max_cached_tasks == 0 || s.max_subtasks == 0 {
+            return bad(
+                "server",
+                "max_cached_tasks and max_subtasks must be at least 1".into(),
             );
         }
         if s.store == StoreKind::Postgres {
@@ -409,7 +419,7 @@ impl Config {
         if c.server.auth_token.is_some() {
             c.server.auth_token = Some(REDACTED.into());
         }
-        c.judge.url = redact_userinfo(&c.judge.url);
+        c.judge.url = redact_query(&redact_userinfo(&c.judge.url));
         c.server.database_url = c.server.database_url.as_deref().map(redact_database_url);
         c
     }
@@ -432,6 +442,31 @@ pub fn redact_database_url(url: &str) -> String {
         })
         .collect();
     format!("{base}?{}", query.join("&"))
+}
+
+/// A URL with every query parameter's value replaced: `?api_key=…`, `?code=…` and the like
+/// are credentials as often as not, and the URL without them still says where it points.
+pub(super) fn redact_query(url: &str) -> String {
+    let Some((base, rest)) = url.split_once('?') else {
+        return url.to_string();
+    };
+    let (query, fragment) = match rest.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (rest, None),
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !v.is_empty() => format!("{k}={REDACTED}"),
+            _ => kv.to_string(),
+        })
+        .collect();
+    let mut out = format!("{base}?{}", query.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    out
 }
 
 pub(super) fn redact_userinfo(url: &str) -> String {

@@ -80,6 +80,8 @@ pub struct ServerConfig {
     pub task_ttl_secs: u64,
     pub expiry_sweep_secs: u64,
     pub max_cached_tasks: usize,
+    /// Subtasks linked to one root task at most; a new subtask past it is refused (409).
+    pub max_subtasks: usize,
     pub max_body_bytes: usize,
     pub max_batch_events: usize,
     /// Counted in characters, as the OpenAPI document's `maxLength` is (formerly
@@ -90,6 +92,8 @@ pub struct ServerConfig {
     pub max_header_bytes: usize,
     pub request_timeout_ms: u64,
     pub header_read_timeout_ms: u64,
+    /// A request body must arrive whole within this many milliseconds of its head.
+    pub body_read_timeout_ms: u64,
     pub idle_timeout_secs: u64,
     pub max_connections: usize,
     pub max_clock_skew_secs: u64,

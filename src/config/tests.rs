@@ -1,4 +1,4 @@
-use super::load::redact_userinfo;
+use super::load::{redact_query, redact_userinfo};
 use super::*;
 
 #[test]
@@ -12,10 +12,18 @@ fn redacted_hides_the_token_and_url_credentials() {
         "{shown}"
     );
     assert!(
-        shown.contains("https://<redacted>@judge.example/v1?x=@"),
+        shown.contains("https://<redacted>@judge.example/v1?x=<redacted>"),
         "{shown}"
     );
     assert_eq!(redact_userinfo("http://host:80/a@b"), "http://host:80/a@b");
+    // A key in the query string is a credential too.
+    c.judge.url = "https://judge.example/v1/chat?api_key=sk-123&flag&deployment=x#frag".into();
+    let shown = c.redacted().to_toml();
+    assert!(!shown.contains("sk-123"), "{shown}");
+    assert_eq!(
+        redact_query(&c.judge.url),
+        "https://judge.example/v1/chat?api_key=<redacted>&flag&deployment=<redacted>#frag"
+    );
     assert_eq!(Config::default().redacted(), Config::default());
 }
 

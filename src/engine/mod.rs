@@ -60,6 +60,9 @@ pub enum EngineError {
     /// A request that contradicts the task's state (feedback on a verdict that said otherwise).
     #[error("{0}")]
     Rejected(String),
+    /// A new subtask of a root that has `server.max_subtasks` already.
+    #[error("task {root} has {limit} subtasks, the most one task may have (server.max_subtasks)")]
+    TooManySubtasks { root: String, limit: usize },
     #[error(transparent)]
     Memory(#[from] crate::loop_memory::MemoryError),
     #[error(transparent)]
@@ -186,6 +189,7 @@ impl Engine {
 
     pub fn with_store(cfg: Arc<Config>, embedder: Embedder, store: Arc<dyn Store>) -> Self {
         Engine {
+            tasks: tasks::Tasks::new(cfg.server.max_cached_tasks),
             cfg,
             embedder,
             judge: None,
@@ -194,7 +198,6 @@ impl Engine {
             feedback: Arc::new(crate::feedback::FeedbackStore::in_memory()),
             audit_metrics: None,
             background: Arc::new(recall::Background::default()),
-            tasks: tasks::Tasks::default(),
             clock: Clock::default(),
         }
     }
@@ -269,6 +272,19 @@ impl Engine {
             _ => now_unix(),
         };
         let opened = self.store.begin(&root, guard.take()).await?;
+        if link.is_some() {
+            // A new subtask: checked under the root's lock, so concurrent first events of
+            // different subtasks cannot pass the bound together.
+            let limit = self.cfg.server.max_subtasks;
+            if self.store.subtask_count(&root).await? >= limit {
+                let state = opened.state;
+                *guard = state;
+                return Err(EngineError::TooManySubtasks {
+                    root: root.clone(),
+                    limit,
+                });
+            }
+        }
         // The pipeline changes the state in place (no copy per event). If it fails — the model
         // overloaded, say — the changed copy is dropped and nothing is committed: the task's
         // next event opens the stored state, as it was.

@@ -4,13 +4,16 @@
 //!
 //! Events of one task are serialised by its [`TaskLock`]; different tasks run concurrently. The
 //! lock also holds the task's state between events (the hot copy; the store has the durable one).
+//! At most `server.max_cached_tasks` locks (and hot copies) are kept, at all times: taking a new
+//! one drops the least recently used that nobody holds, and its task's next event reads its
+//! state back from the store.
 
 use super::{now_unix, Engine, EngineError};
 use crate::audit::{AuditEvent, AuditRecord};
 use crate::event::Envelope;
 use crate::state::TaskState;
 use crate::store::{Store, StoreError};
-use std::collections::HashMap;
+use lru::LruCache;
 use std::sync::{Arc, Mutex};
 
 /// A root task's lock, holding its state while it is cached.
@@ -32,23 +35,35 @@ impl ResetReason {
     }
 }
 
-/// The per-task locks and a cache of subtask → root links.
-#[derive(Default)]
+/// The per-task locks and a cache of subtask → root links, each bounded by `max`.
 pub(crate) struct Tasks {
-    locks: Mutex<HashMap<String, TaskLock>>,
-    roots: Mutex<HashMap<String, String>>,
+    locks: Mutex<LruCache<String, TaskLock>>,
+    roots: Mutex<LruCache<String, String>>,
+    max: usize,
 }
 
 impl Tasks {
+    pub fn new(max: usize) -> Tasks {
+        Tasks {
+            locks: Mutex::new(LruCache::unbounded()),
+            roots: Mutex::new(LruCache::unbounded()),
+            max: max.max(1),
+        }
+    }
+
     /// The root task of `task` (itself when it has no known parent).
     pub async fn root_of(&self, store: &dyn Store, task: &str) -> Result<String, StoreError> {
         if let Some(r) = self.roots.lock().expect("roots lock").get(task) {
             return Ok(r.clone());
         }
-        Ok(store
-            .root_of(task)
-            .await?
-            .unwrap_or_else(|| task.to_string()))
+        let root = store.root_of(task).await?;
+        Ok(match root {
+            Some(root) => {
+                self.linked(task.to_string(), root.clone());
+                root
+            }
+            None => task.to_string(),
+        })
     }
 
     /// Resolve the root for an envelope; `Some(link)` when a new subtask link must be stored.
@@ -76,12 +91,39 @@ impl Tasks {
 
     /// Remember a subtask's root once its link is committed.
     pub fn linked(&self, task: String, root: String) {
-        self.roots.lock().expect("roots lock").insert(task, root);
+        let mut roots = self.roots.lock().expect("roots lock");
+        roots.put(task, root);
+        while roots.len() > self.max {
+            roots.pop_lru();
+        }
     }
 
+    /// The task's lock (its hot copy inside), made the most recently used; a new one makes room
+    /// by dropping the least recently used locks nobody holds.
     pub fn lock(&self, root: &str) -> TaskLock {
         let mut locks = self.locks.lock().expect("task locks");
-        Arc::clone(locks.entry(root.to_string()).or_default())
+        if let Some(l) = locks.get(root) {
+            return Arc::clone(l);
+        }
+        let lock = TaskLock::default();
+        locks.put(root.to_string(), Arc::clone(&lock));
+        Self::trim_locked(&mut locks, self.max);
+        lock
+    }
+
+    /// Drop least recently used locks until `max` remain, passing over those in use (held or
+    /// waited on: their clones live outside the map); those stay, as the most recent.
+    fn trim_locked(locks: &mut LruCache<String, TaskLock>, max: usize) {
+        let mut passed = 0;
+        while locks.len() > max && passed < locks.len() {
+            let Some((root, lock)) = locks.pop_lru() else {
+                break;
+            };
+            if Arc::strong_count(&lock) > 1 || lock.try_lock().is_err() {
+                locks.put(root, lock);
+                passed += 1;
+            }
+        }
     }
 
     /// Drop the in-memory copy of a deleted task. The lock stays when other requests wait on it:
@@ -90,37 +132,25 @@ impl Tasks {
         let mut locks = self.locks.lock().expect("task locks");
         // Ours and the map's: nobody else can be waiting.
         if Arc::strong_count(lock) <= 2 {
-            locks.remove(root);
-        }
-        drop(locks);
-        self.roots
-            .lock()
-            .expect("roots lock")
-            .retain(|_, r| r != root);
-    }
-
-    /// Keep at most `max` task states in memory; tasks in use are never dropped.
-    pub fn trim(&self, max: usize) {
-        let mut locks = self.locks.lock().expect("task locks");
-        if locks.len() <= max {
-            return;
-        }
-        let excess = locks.len() - max;
-        let idle: Vec<String> = locks
-            .iter()
-            .filter(|(_, l)| Arc::strong_count(l) == 1 && l.try_lock().is_ok())
-            .map(|(k, _)| k.clone())
-            .take(excess)
-            .collect();
-        for k in idle {
-            locks.remove(&k);
+            locks.pop(root);
         }
         drop(locks);
         let mut roots = self.roots.lock().expect("roots lock");
-        if roots.len() > max {
-            // Only a cache of the store's links.
-            roots.clear();
+        let stale: Vec<String> = roots
+            .iter()
+            .filter(|(_, r)| *r == root)
+            .map(|(t, _)| t.clone())
+            .collect();
+        for t in stale {
+            roots.pop(&t);
         }
+    }
+
+    /// Keep at most `max` task states in memory; tasks in use are never dropped. (Taking a
+    /// lock keeps the bound already; this catches up after tasks that were in use.)
+    pub fn trim(&self, max: usize) {
+        let mut locks = self.locks.lock().expect("task locks");
+        Self::trim_locked(&mut locks, max.max(1));
     }
 
     pub fn cached(&self) -> usize {

@@ -50,22 +50,54 @@ fn api_key(cfg: &JudgeConfig) -> Option<String> {
         .filter(|k| !k.trim().is_empty())
 }
 
+/// The largest answer read from a judge: a verdict is a few hundred bytes, and a judge that
+/// streams megabytes is cut off rather than read whole into memory.
+pub const MAX_ANSWER_BYTES: usize = 256 << 10;
+
 async fn send(request: reqwest::RequestBuilder, timeout: Duration) -> Result<String, AttemptError> {
-    let response = match request.timeout(timeout).send().await {
+    // Errors are shown without the URL: its query string may carry a key.
+    let mut response = match request.timeout(timeout).send().await {
         Ok(r) => r,
-        Err(e) if e.is_timeout() => return Err(AttemptError::Timeout),
-        Err(e) => return Err(AttemptError::Transient(format!("request failed: {e}"))),
-    };
-    let status = response.status();
-    let body = match response.text().await {
-        Ok(b) => b,
         Err(e) if e.is_timeout() => return Err(AttemptError::Timeout),
         Err(e) => {
             return Err(AttemptError::Transient(format!(
-                "reading the answer failed: {e}"
+                "request failed: {}",
+                e.without_url()
             )))
         }
     };
+    let status = response.status();
+    let too_large = || {
+        AttemptError::Permanent(format!(
+            "the answer is larger than {MAX_ANSWER_BYTES} bytes; not read"
+        ))
+    };
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_ANSWER_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+                    return Err(too_large());
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) if e.is_timeout() => return Err(AttemptError::Timeout),
+            Err(e) => {
+                return Err(AttemptError::Transient(format!(
+                    "reading the answer failed: {}",
+                    e.without_url()
+                )))
+            }
+        }
+    }
+    let body = String::from_utf8_lossy(&bytes).into_owned();
     if status.as_u16() == 429 || status.is_server_error() {
         return Err(AttemptError::Transient(format!("HTTP {status}")));
     }

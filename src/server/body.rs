@@ -43,13 +43,34 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<
             ))
         }
     }
-    let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+    let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("the request body exceeds {limit} bytes (server.max_body_bytes)"),
         )
-    })?;
+    };
+    // Refused on its declared length, before a byte is read: a client that sent
+    // `Expect: 100-continue` is answered 413 instead of being invited to send it.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let bytes: Bytes =
+        axum::body::to_bytes(body, limit)
+            .await
+            .map_err(|e| match timed_out(&*e.into_inner()) {
+                Some(t) => {
+                    let mut e =
+                        ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", t.to_string());
+                    e.close = true;
+                    e
+                }
+                None => too_large(),
+            })?;
     let text = std::str::from_utf8(&bytes).map_err(|e| {
         ApiError::bad_request(
             "invalid_utf8",
@@ -72,6 +93,18 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<
         err.body.path = path;
         err
     })
+}
+
+/// The body timeout behind a body error, if that is what it was.
+fn timed_out<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a super::conn::BodyTimeout> {
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = at {
+        if let Some(t) = e.downcast_ref::<super::conn::BodyTimeout>() {
+            return Some(t);
+        }
+        at = e.source();
+    }
+    None
 }
 
 #[cfg(test)]

@@ -4,12 +4,17 @@
 //! process ran out of file descriptors and could not accept even `/readyz`.
 //!
 //! - **Header-read timeout**: a request line and headers must arrive within
-//!   `server.header_read_timeout_ms` of their first byte.
+//!   `server.header_read_timeout_ms` of their first byte, however slowly they trickle in.
+//! - **Body-read timeout**: a request body must arrive whole within
+//!   `server.body_read_timeout_ms` of its head: the handler reading it is answered 408
+//!   `body_timeout`, and a connection still holding an unread body a second later is closed.
 //! - **Idle timeout**: a connection with no request in flight and no byte read or written for
 //!   `server.idle_timeout_secs` is closed.
 //! - **Connection cap**: at `server.max_connections`, a new connection closes the one idle for
 //!   the longest (an idle keep-alive costs its client a reconnect; a slow or silent one costs it
-//!   nothing it was using); when every connection has a request in flight, accepting waits.
+//!   nothing it was using), else the one whose body has been arriving the longest (nothing was
+//!   applied from it yet); only when every connection has a request being processed does
+//!   accepting wait. So slow clients cannot keep `/readyz` and real requests out.
 //!
 //! hyper's own header timeout starts whenever it waits for a request head, so it would close a
 //! keep-alive the moment it had been idle that long; these two rules are kept apart here instead,
@@ -22,6 +27,7 @@
 use super::error::ErrorBody;
 use super::metrics::{CloseLabels, Metrics};
 use axum::Router;
+use hyper::body::{Body as _, Bytes, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
@@ -30,7 +36,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -42,6 +48,7 @@ use tokio::task::JoinSet;
 #[derive(Debug, Clone, Copy)]
 pub struct ConnLimits {
     pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub max_header_bytes: usize,
@@ -53,6 +60,7 @@ impl ConnLimits {
     pub fn of(s: &loopguard::config::ServerConfig) -> ConnLimits {
         ConnLimits {
             header_read_timeout: Duration::from_millis(s.header_read_timeout_ms),
+            body_read_timeout: Duration::from_millis(s.body_read_timeout_ms),
             idle_timeout: Duration::from_secs(s.idle_timeout_secs),
             max_connections: s.max_connections,
             max_header_bytes: s.max_header_bytes,
@@ -70,6 +78,11 @@ struct Conn {
     /// When the first byte of the request head now arriving was read (ms since the epoch, plus
     /// one); 0 while no head is arriving.
     head_started: AtomicU64,
+    /// When the head of a request whose body is still arriving was read (as above); 0 while no
+    /// body is arriving.
+    body_started: AtomicU64,
+    /// A head or a body began: the connection's deadline moved earlier.
+    deadline_moved: Notify,
     /// Asked to close to make room (the cap); no longer counted as open.
     evicted: AtomicBool,
     close: Notify,
@@ -84,18 +97,23 @@ impl Conn {
 /// Why a connection is closed by the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Expiry {
-    HeaderTimeout,
-    IdleTimeout,
+    Header,
+    Body,
+    Idle,
 }
 
 impl Expiry {
     fn as_str(self) -> &'static str {
         match self {
-            Expiry::HeaderTimeout => "header_timeout",
-            Expiry::IdleTimeout => "idle_timeout",
+            Expiry::Header => "header_timeout",
+            Expiry::Body => "body_timeout",
+            Expiry::Idle => "idle_timeout",
         }
     }
 }
+
+/// How long after the body timeout a connection whose handler did not answer it is closed.
+const BODY_CLOSE_AFTER: Duration = Duration::from_secs(1);
 
 struct Registry {
     epoch: Instant,
@@ -123,13 +141,23 @@ impl Registry {
     }
 
     /// Ask the connection without a request in flight that was active least recently to
-    /// close. False when every connection is busy.
+    /// close; with none, the one whose request body has been arriving the longest. False when
+    /// every connection has a request being processed.
     fn evict_idlest(&self) -> bool {
         let conns = self.conns.lock().expect("connection registry lock");
-        let idlest = conns
-            .values()
-            .filter(|c| c.idle() && !c.evicted.load(Ordering::Acquire))
-            .min_by_key(|c| c.last_active.load(Ordering::Acquire));
+        let open = || {
+            conns
+                .values()
+                .filter(|c| !c.evicted.load(Ordering::Acquire))
+        };
+        let idlest = open()
+            .filter(|c| c.idle())
+            .min_by_key(|c| c.last_active.load(Ordering::Acquire))
+            .or_else(|| {
+                open()
+                    .filter(|c| c.body_started.load(Ordering::Acquire) != 0)
+                    .min_by_key(|c| c.body_started.load(Ordering::Acquire))
+            });
         match idlest {
             Some(c) => {
                 c.evicted.store(true, Ordering::Release);
@@ -143,17 +171,23 @@ impl Registry {
     /// When `c` expires if nothing happens meanwhile, and why.
     fn deadline(&self, c: &Conn, limits: &ConnLimits) -> (Instant, Option<Expiry>) {
         if !c.idle() {
-            // A request in flight is bounded by server.request_timeout_ms; look again later.
-            return (Instant::now() + limits.idle_timeout, None);
+            return match c.body_started.load(Ordering::Acquire) {
+                // Being processed: bounded by server.request_timeout_ms; look again later.
+                0 => (Instant::now() + limits.idle_timeout, None),
+                started => (
+                    self.at(started - 1) + limits.body_read_timeout + BODY_CLOSE_AFTER,
+                    Some(Expiry::Body),
+                ),
+            };
         }
         match c.head_started.load(Ordering::Acquire) {
             0 => (
                 self.at(c.last_active.load(Ordering::Acquire)) + limits.idle_timeout,
-                Some(Expiry::IdleTimeout),
+                Some(Expiry::Idle),
             ),
             started => (
                 self.at(started - 1) + limits.header_read_timeout,
-                Some(Expiry::HeaderTimeout),
+                Some(Expiry::Header),
             ),
         }
     }
@@ -177,13 +211,53 @@ impl Drop for InFlight {
     }
 }
 
-/// Serve `router` on `listener` until `shutdown` resolves; then stop accepting, let in-flight
+/// What answers requests: `starting` until `ready` is set (while the store opens and replays
+/// its log, `/livez` answers and everything else says the service is starting), then `ready`.
+#[derive(Clone)]
+pub struct Routes {
+    pub ready: Arc<OnceLock<Router>>,
+    pub starting: Router,
+}
+
+impl Routes {
+    fn current(&self) -> Router {
+        self.ready
+            .get()
+            .cloned()
+            .unwrap_or_else(|| self.starting.clone())
+    }
+}
+
+/// The connection counters of [`Metrics`], available before the rest of the service is.
+#[derive(Clone)]
+pub struct ConnMetrics {
+    open: prometheus_client::metrics::gauge::Gauge,
+    closed: prometheus_client::metrics::family::Family<
+        CloseLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+}
+
+impl ConnMetrics {
+    pub fn of(m: &Metrics) -> ConnMetrics {
+        ConnMetrics {
+            open: m.connections_open.clone(),
+            closed: m.connections_closed.clone(),
+        }
+    }
+
+    fn closed(&self, reason: &'static str) {
+        self.closed.get_or_create(&CloseLabels { reason }).inc();
+    }
+}
+
+/// Serve `routes` on `listener` until `shutdown` resolves; then stop accepting, let in-flight
 /// requests finish within the grace period and close everything.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    routes: Routes,
     limits: ConnLimits,
-    metrics: Arc<Metrics>,
+    metrics: ConnMetrics,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let registry = Arc::new(Registry {
@@ -218,10 +292,7 @@ pub async fn serve(
             tokio::pin!(ended);
             ended.as_mut().enable();
             if registry.evict_idlest() {
-                metrics
-                    .connections_closed
-                    .get_or_create(&CloseLabels { reason: "evicted" })
-                    .inc();
+                metrics.closed("evicted");
                 break;
             }
             tokio::select! {
@@ -235,6 +306,8 @@ pub async fn serve(
             in_flight: AtomicUsize::new(0),
             last_active: AtomicU64::new(registry.now_ms()),
             head_started: AtomicU64::new(0),
+            body_started: AtomicU64::new(0),
+            deadline_moved: Notify::new(),
             evicted: AtomicBool::new(false),
             close: Notify::new(),
         });
@@ -243,21 +316,21 @@ pub async fn serve(
             .lock()
             .expect("connection registry lock")
             .insert(id, Arc::clone(&conn));
-        metrics.connections_open.inc();
-        let (registry, router, stop, metrics) = (
+        metrics.open.inc();
+        let (registry, routes, stop, metrics) = (
             Arc::clone(&registry),
-            router.clone(),
+            routes.clone(),
             stop_rx.clone(),
-            Arc::clone(&metrics),
+            metrics.clone(),
         );
         tasks.spawn(async move {
-            serve_connection(stream, &conn, &registry, router, limits, stop, &metrics).await;
+            serve_connection(stream, &conn, &registry, routes, limits, stop, &metrics).await;
             registry
                 .conns
                 .lock()
                 .expect("connection registry lock")
                 .remove(&id);
-            metrics.connections_open.dec();
+            metrics.open.dec();
             registry.ended.notify_waiters();
         });
     }
@@ -281,10 +354,10 @@ async fn serve_connection(
     stream: TcpStream,
     conn: &Arc<Conn>,
     registry: &Arc<Registry>,
-    router: Router,
+    routes: Routes,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
-    metrics: &Metrics,
+    metrics: &ConnMetrics,
 ) {
     // Answers are small and written whole: do not hold them back for Nagle.
     let _ = stream.set_nodelay(true);
@@ -296,12 +369,15 @@ async fn serve_connection(
         pending: Vec::new(),
         written: 0,
     };
-    let tower = TowerToHyperService::new(router);
     let svc_conn = Arc::clone(conn);
-    let service = hyper::service::service_fn(move |req| {
+    let svc_registry = Arc::clone(registry);
+    let body_timeout = limits.body_read_timeout;
+    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         use hyper::service::Service as _;
         let guard = InFlight::enter(&svc_conn);
-        let answer = tower.call(req);
+        let req = req.map(|body| ArrivingBody::new(body, &svc_conn, &svc_registry, body_timeout));
+        // The router of the moment: the starting one until the store is open.
+        let answer = TowerToHyperService::new(routes.current()).call(req);
         async move {
             let r = answer.await;
             drop(guard);
@@ -325,6 +401,8 @@ async fn serve_connection(
     loop {
         let (deadline, _) = registry.deadline(conn, &limits);
         tokio::select! {
+            // A head or body began: its deadline may be earlier than the one slept on.
+            _ = conn.deadline_moved.notified() => {}
             r = connection.as_mut() => {
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "connection ended with an error");
@@ -335,10 +413,7 @@ async fn serve_connection(
                 // Activity may have moved the deadline: only what is still expired closes.
                 let (deadline, why) = registry.deadline(conn, &limits);
                 if let Some(why) = why.filter(|_| deadline <= Instant::now()) {
-                    metrics
-                        .connections_closed
-                        .get_or_create(&CloseLabels { reason: why.as_str() })
-                        .inc();
+                    metrics.closed(why.as_str());
                     tracing::debug!(event = "connection_closed", reason = why.as_str());
                     return;
                 }
@@ -349,6 +424,102 @@ async fn serve_connection(
                 connection.as_mut().graceful_shutdown();
             }
         }
+    }
+}
+
+/// A request body that tells its connection while it is arriving (a connection waiting for a
+/// body can be evicted at the cap, and is closed past the body timeout), and ends in
+/// [`BodyTimeout`] if it has not arrived whole within the timeout.
+struct ArrivingBody {
+    inner: Incoming,
+    conn: Option<Arc<Conn>>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    timeout: Duration,
+}
+
+/// A request body did not arrive within `server.body_read_timeout_ms`.
+#[derive(Debug)]
+pub struct BodyTimeout(pub Duration);
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the request body did not arrive within {} ms (server.body_read_timeout_ms)",
+            self.0.as_millis()
+        )
+    }
+}
+
+impl std::error::Error for BodyTimeout {}
+
+impl ArrivingBody {
+    fn new(
+        inner: Incoming,
+        conn: &Arc<Conn>,
+        registry: &Registry,
+        timeout: Duration,
+    ) -> ArrivingBody {
+        let arriving = !inner.is_end_stream();
+        if arriving {
+            conn.body_started
+                .store(registry.now_ms() + 1, Ordering::Release);
+            conn.deadline_moved.notify_one();
+        }
+        ArrivingBody {
+            inner,
+            conn: arriving.then(|| Arc::clone(conn)),
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            timeout,
+        }
+    }
+
+    fn arrived(&mut self) {
+        if let Some(c) = self.conn.take() {
+            c.body_started.store(0, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for ArrivingBody {
+    fn drop(&mut self) {
+        self.arrived();
+    }
+}
+
+impl hyper::body::Body for ArrivingBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if this.conn.is_none() && this.inner.is_end_stream() {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                if frame.is_none() || this.inner.is_end_stream() {
+                    this.arrived();
+                }
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => {
+                ready!(this.deadline.as_mut().poll(cx));
+                this.arrived();
+                Poll::Ready(Some(Err(Box::new(BodyTimeout(this.timeout)))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -400,13 +571,14 @@ impl AsyncRead for Tracked {
             let now = this.registry.now_ms();
             this.conn.last_active.store(now, Ordering::Release);
             // Bytes while no request is in flight begin the next request head.
-            if this.conn.idle() {
-                let _ = this.conn.head_started.compare_exchange(
-                    0,
-                    now + 1,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+            if this.conn.idle()
+                && this
+                    .conn
+                    .head_started
+                    .compare_exchange(0, now + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                this.conn.deadline_moved.notify_one();
             }
         }
         Poll::Ready(Ok(()))

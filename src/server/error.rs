@@ -17,7 +17,8 @@ pub struct ErrorBody {
     /// `invalid_otlp`, `invalid_parameter`, `invalid_http`, `body_too_large`, `too_many_events`,
     /// `field_too_large`, `too_deep`, `uri_too_long`, `headers_too_large`,
     /// `unsupported_media_type`, `not_found`, `method_not_allowed`, `unauthorized`, `conflict`,
-    /// `overloaded`, `timeout`, `model_unavailable`, `storage_error`, `internal`.
+    /// `too_many_subtasks`, `body_timeout`, `starting`, `overloaded`, `timeout`, `model_unavailable`,
+    /// `storage_error`, `internal`.
     pub code: &'static str,
     pub message: String,
     /// Where the problem is: the JSON path in the body (`event.message`, `[3].task_id`), or the
@@ -34,7 +35,8 @@ pub fn code_for_status(status: StatusCode) -> &'static str {
         401 => "unauthorized",
         404 => "not_found",
         405 => "method_not_allowed",
-        408 | 503 | 504 => "timeout",
+        408 => "body_timeout",
+        503 | 504 => "timeout",
         409 => "conflict",
         413 => "body_too_large",
         414 => "uri_too_long",
@@ -51,6 +53,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub body: ErrorBody,
     pub retry_after_secs: Option<u64>,
+    /// Close the connection after the answer (a request whose body was not read whole).
+    pub close: bool,
 }
 
 impl ApiError {
@@ -63,6 +67,7 @@ impl ApiError {
                 path: None,
             },
             retry_after_secs: None,
+            close: false,
         }
     }
 
@@ -96,13 +101,19 @@ impl From<EngineError> for ApiError {
             EngineError::Store(e) => e.into(),
             EngineError::NotFound(task) => ApiError::not_found(format!("task {task} not found")),
             EngineError::Rejected(why) => ApiError::new(StatusCode::CONFLICT, "conflict", why),
+            e @ EngineError::TooManySubtasks { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "too_many_subtasks", e.to_string())
+                    .at("parent_task_id")
+            }
             e @ (EngineError::Memory(_) | EngineError::Feedback(_)) => {
                 tracing::error!(error = %e, "storage failure");
-                ApiError::new(
+                let mut e = ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "storage_error",
                     "the write could not be completed",
-                )
+                );
+                e.retry_after_secs = Some(1);
+                e
             }
         }
     }
@@ -140,14 +151,32 @@ impl From<EmbedError> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        // Internals are logged, not shown.
-        tracing::error!(error = %e, "state store failure");
+        // Internals are logged, not shown. A full disk is logged once, by the store, not once
+        // per refused request.
+        if matches!(e, StoreError::Full(_)) {
+            tracing::debug!(error = %e, "state store full");
+        } else {
+            tracing::error!(error = %e, "state store failure");
+        }
         match e {
-            StoreError::Io(_) => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "storage_error",
-                "the state store could not complete the write; the event was not applied",
-            ),
+            StoreError::Io(_) => {
+                let mut e = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_error",
+                    "the state store could not complete the write; the event was not applied (see /readyz)",
+                );
+                e.retry_after_secs = Some(1);
+                e
+            }
+            StoreError::Full(_) => {
+                let mut e = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_error",
+                    "the disk holding the state store is full; nothing was applied, and writes resume by themselves once space is freed (see /readyz)",
+                );
+                e.retry_after_secs = Some(2);
+                e
+            }
             StoreError::Unavailable(_) => {
                 let mut e = ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -157,7 +186,9 @@ impl From<StoreError> for ApiError {
                 e.retry_after_secs = Some(1);
                 e
             }
-            StoreError::Corrupt { .. } | StoreError::Version { .. } => ApiError::new(
+            StoreError::Corrupt { .. }
+            | StoreError::Version { .. }
+            | StoreError::Damaged { .. } => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "storage_error",
                 "the stored state of this task cannot be read",
@@ -172,6 +203,10 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after_secs {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.close {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         resp
     }

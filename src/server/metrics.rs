@@ -82,7 +82,8 @@ pub struct Metrics {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CloseLabels {
-    /// `idle_timeout`, `header_timeout` or `evicted` (closed to make room at the cap).
+    /// `idle_timeout`, `header_timeout`, `body_timeout` or `evicted` (closed to make room at
+    /// the cap).
     pub reason: &'static str,
 }
 
@@ -223,7 +224,7 @@ impl Metrics {
         let connections_closed = Family::<CloseLabels, Counter>::default();
         registry.register(
             "http_connections_closed",
-            "Connections the server closed: idle, headers too slow, or evicted at the connection cap",
+            "Connections the server closed: idle, headers or body too slow, or evicted at the connection cap",
             connections_closed.clone(),
         );
         let integrations = super::integrations::IntegrationMetrics::register(&mut registry);

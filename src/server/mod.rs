@@ -2,14 +2,17 @@
 //! serves is the library's.
 //!
 //! [`run`] takes its listener and its shutdown future as arguments (so tests start a real server
-//! on port 0), serves until shutdown, lets in-flight requests finish within the grace period,
-//! stops the background sweeps and flushes the store.
+//! on port 0). It answers at once — `/livez`, and `/readyz` saying the store is opening — while
+//! the store opens and replays its log, then serves the API until shutdown, lets in-flight
+//! requests finish within the grace period, stops the background sweeps, flushes the store and
+//! closes it.
 //!
 //! - [`route_table`]: every route; `routes`: the handlers.
 //! - `body`, `params`, `validate`: bodies (media type, size, strict JSON), path and query
 //!   parameters, and the limit of every field, each rejection named by its path.
 //! - `error`: one error body, `{code, message, path}`, for every 4xx and 5xx.
-//! - `conn`: accepting and serving connections: header and idle timeouts, the connection cap.
+//! - `conn`: accepting and serving connections: header, body and idle timeouts, the connection
+//!   cap.
 //! - `openapi`: the document, completed from the running configuration.
 //! - `metrics`: Prometheus metrics.
 
@@ -83,8 +86,8 @@ pub struct AppState {
 
 impl AppState {
     /// Open the store `cfg.server.store` names, start loading the model (in the background:
-    /// `/readyz` says when it is warm) and build the engine.
-    pub async fn open(cfg: Arc<Config>) -> anyhow::Result<Arc<AppState>> {
+    /// `/readyz` says when it is warm) and build the engine, counting into `metrics`.
+    pub async fn open(cfg: Arc<Config>, metrics: Metrics) -> anyhow::Result<Arc<AppState>> {
         let (store, memory, feedback) = match cfg.server.store {
             StoreKind::Embedded => open_embedded(&cfg).await?,
             StoreKind::Postgres => open_postgres(&cfg).await?,
@@ -102,14 +105,24 @@ impl AppState {
             memory,
             feedback,
         };
-        Ok(AppState::with(cfg, parts, slot))
+        Ok(AppState::with_metrics(cfg, parts, slot, metrics))
     }
 
     /// Assemble from parts (tests use in-memory ones).
+    #[cfg(test)]
     pub fn with(
         cfg: Arc<Config>,
         parts: Parts,
         slot: Arc<OnceLock<Arc<Metrics>>>,
+    ) -> Arc<AppState> {
+        AppState::with_metrics(cfg, parts, slot, Metrics::new())
+    }
+
+    fn with_metrics(
+        cfg: Arc<Config>,
+        parts: Parts,
+        slot: Arc<OnceLock<Arc<Metrics>>>,
+        mut m: Metrics,
     ) -> Arc<AppState> {
         let Parts {
             embedder,
@@ -118,7 +131,6 @@ impl AppState {
             memory,
             feedback,
         } = parts;
-        let mut m = Metrics::new();
         // The service dates events by its own clock: expiry and the gap rule must not be
         // decided by what a client writes in `ts`.
         let mut engine = Engine::with_store(Arc::clone(&cfg), embedder.clone(), Arc::clone(&store))
@@ -181,6 +193,7 @@ async fn open_task_log(cfg: &Config, sled: &SledStore) -> anyhow::Result<LogStor
         LogOptions {
             segment_bytes: cfg.server.task_log_segment_bytes,
             audit_kept: cfg.server.task_log_audit_kept,
+            cached_tasks: cfg.server.max_cached_tasks,
         },
     )?;
     let legacy = sled.stored_tasks()?;
@@ -469,27 +482,53 @@ fn route_label(matched: Option<&str>) -> &'static str {
     }
 }
 
-/// Serve on `listener` until `shutdown` resolves; then drain, stop the sweeps and flush.
+/// Serve on `listener` at once; open the state (the store's log replayed meanwhile, `/livez`
+/// answering); serve the API until `shutdown` resolves; then drain, stop the sweeps, flush and
+/// close the store. An error opening the state ends it (the listener closes).
 pub async fn run(
     listener: tokio::net::TcpListener,
-    state: Arc<AppState>,
+    cfg: Arc<Config>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let metrics = Metrics::new();
+    let limits = conn::ConnLimits::of(&cfg.server);
+    conn::fit_open_file_limit(limits.max_connections);
+    let routes = conn::Routes {
+        ready: Arc::new(OnceLock::new()),
+        starting: routes::starting_router(),
+    };
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(conn::serve(
+        listener,
+        routes.clone(),
+        limits,
+        conn::ConnMetrics::of(&metrics),
+        async move {
+            tokio::select! {
+                _ = shutdown => tracing::info!(event = "shutdown", "draining in-flight requests"),
+                _ = failed_rx => {}
+            }
+        },
+    ));
+    let started = Instant::now();
+    let state = match AppState::open(Arc::clone(&cfg), metrics).await {
+        Ok(state) => state,
+        Err(e) => {
+            let _ = failed_tx.send(());
+            let _ = server.await;
+            return Err(e);
+        }
+    };
+    let _ = routes.ready.set(router(Arc::clone(&state)));
+    tracing::info!(
+        event = "ready_to_serve",
+        secs = started.elapsed().as_secs_f64(),
+        "the store is open; serving the API"
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sweeper = tokio::spawn(sweep(Arc::clone(&state), stop_rx));
-    let limits = conn::ConnLimits::of(&state.cfg.server);
-    conn::fit_open_file_limit(limits.max_connections);
-    conn::serve(
-        listener,
-        router(Arc::clone(&state)),
-        limits,
-        Arc::clone(&state.metrics),
-        async move {
-            shutdown.await;
-            tracing::info!(event = "shutdown", "draining in-flight requests");
-        },
-    )
-    .await;
+    let _ = server.await;
+    drop(failed_tx);
     let _ = stop_tx.send(true);
     let _ = sweeper.await;
     state.engine.settle().await;
@@ -498,6 +537,7 @@ pub async fn run(
     }
     state.engine.feedback_store().flush().await?;
     state.store.flush().await?;
+    state.store.close();
     tracing::info!(event = "shutdown", "state flushed; bye");
     Ok(())
 }

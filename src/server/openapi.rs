@@ -73,7 +73,8 @@ fn base() -> Value {
 }
 
 /// A task id as JSON Schema states it: 1..256 characters, none of them a control character
-/// (Unicode category Cc, as Rust's `char::is_control`).
+/// (Unicode category Cc, as Rust's `char::is_control`) or an invisible one
+/// (`loopguard::event::INVISIBLE_CHARS`), and at least one that is not whitespace.
 fn task_id_schema() -> Value {
     json!({
         "type": "string",
@@ -83,8 +84,17 @@ fn task_id_schema() -> Value {
     })
 }
 
-/// `char::is_control` is exactly these two ranges.
-pub const TASK_ID_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
+/// `char::is_control` is exactly the first two ranges; then `INVISIBLE_CHARS`; the middle
+/// class also leaves out what `char::is_whitespace` calls whitespace (the Unicode White_Space
+/// set), so an id of whitespace alone does not match.
+pub const TASK_ID_PATTERN: &str = concat!(
+    "^[^\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u180e\\u200b-\\u200f\\u202a-\\u202e",
+    "\\u2060-\\u2064\\u2066-\\u206f\\ufeff\\ufff9-\\ufffb]*",
+    "[^\\u0000-\\u0020\\u007f-\\u00a0\\u00ad\\u061c\\u1680\\u180e\\u2000-\\u200f\\u2028-\\u202f",
+    "\\u205f-\\u2064\\u2066-\\u206f\\u3000\\ufeff\\ufff9-\\ufffb]",
+    "[^\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u180e\\u200b-\\u200f\\u202a-\\u202e",
+    "\\u2060-\\u2064\\u2066-\\u206f\\ufeff\\ufff9-\\ufffb]*$"
+);
 
 /// The document for a server running `cfg`: limits and security as that server applies them.
 /// The derive describes the types; what depends on configuration, and what the derive cannot
@@ -227,6 +237,10 @@ pub fn document(cfg: &Config) -> Value {
             }
             if body {
                 add("415", "The body is not `Content-Type: application/json`");
+                add(
+                    "408",
+                    "The body did not arrive within server.body_read_timeout_ms (`body_timeout`)",
+                );
             }
             if guarded {
                 add(
@@ -257,7 +271,7 @@ pub fn document(cfg: &Config) -> Value {
             add("500", "A bug (a handler panicked); never for bad input");
             add(
                 "503",
-                "Over server.request_timeout_ms, model unavailable, or a store failure",
+                "Over server.request_timeout_ms, model unavailable, a store failure or a full disk (`storage_error`, with Retry-After), or the store still opening (`starting`)",
             );
         }
     }

@@ -19,31 +19,12 @@ const TASKS_MAX: usize = 500;
 const LOOPS_DEFAULT: usize = 50;
 const LOOPS_MAX: usize = 500;
 
-/// `limit` from a query string: absent → `default`, else an integer in 1..=`max`. Other
-/// parameters are ignored (a cache-busting `_=…` is harmless).
+/// `limit` from a query string: absent → `default`, else an integer in 1..=`max`; given twice,
+/// refused (which one counts would be a guess). Other parameters are ignored (a cache-busting
+/// `_=…` is harmless).
 pub fn limit_param(query: Option<&str>, default: usize, max: usize) -> Result<usize, ApiError> {
-    let mut limit = default;
-    for pair in query.unwrap_or("").split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key != "limit" {
-            continue;
-        }
-        limit = value
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=max).contains(n))
-            .ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_parameter",
-                    format!(
-                        "limit must be an integer from 1 to {max}, got `{}`",
-                        value.chars().take(40).collect::<String>()
-                    ),
-                )
-                .at("limit")
-            })?;
-    }
-    Ok(limit)
+    let q = super::params::QueryParams::parse(query.unwrap_or(""))?;
+    Ok(q.number::<usize>("limit", 1, max)?.unwrap_or(default))
 }
 
 /// A verdict in a listing: the event's seq, what was found and what was done.
@@ -366,6 +347,7 @@ mod tests {
             "limit=",
             "limit=-1",
             "limit",
+            "limit=1&limit=2",
         ] {
             let e = limit_param(Some(bad), 50, 500).unwrap_err();
             assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{bad}");

@@ -5,7 +5,7 @@
 use super::error::ApiError;
 use super::validate::{check_param, Class, Limits};
 use super::AppState;
-use axum::extract::{FromRequestParts, Path, RawQuery};
+use axum::extract::{FromRequestParts, Path, RawPathParams, RawQuery};
 use axum::http::request::Parts;
 use loopguard::event::MAX_TASK_ID_CHARS;
 use std::collections::HashMap;
@@ -27,15 +27,30 @@ impl FromRequestParts<Arc<AppState>> for TaskId {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
+        // A `%` not followed by two hex digits is passed through as it is by the decoding
+        // below: `/v1/tasks/%ZZ` would be looked up as the task `%ZZ`. It is malformed.
+        if let Ok(raw) = RawPathParams::from_request_parts(parts, state).await {
+            if let Some((_, v)) = raw.iter().find(|(k, _)| *k == "task_id") {
+                if !valid_percent_encoding(v) {
+                    return Err(invalid(
+                        "task_id",
+                        format!(
+                            "`{}` is not valid percent-encoding (a `%` must be followed by two hex digits)",
+                            shorten(v)
+                        ),
+                    ));
+                }
+            }
+        }
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|e| invalid("task_id", e.body_text()))?;
         check_param("task_id", &id, Class::Id, &Limits::of(&state.cfg.server))?;
-        if id.is_empty() || id.chars().any(char::is_control) {
+        if let Some(why) = loopguard::event::task_id_problem(&id) {
             return Err(invalid(
                 "task_id",
                 format!(
-                    "a task id is 1..{MAX_TASK_ID_CHARS} characters without control characters"
+                    "a task id is 1..{MAX_TASK_ID_CHARS} characters without control or invisible characters, not whitespace alone: {why}"
                 ),
             ));
         }
@@ -120,6 +135,16 @@ impl QueryParams {
     }
 }
 
+/// Every `%` is followed by two hex digits.
+fn valid_percent_encoding(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.iter().enumerate().all(|(i, &c)| {
+        c != b'%'
+            || (b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    })
+}
+
 /// A value quoted in a message, cut to a readable length.
 fn shorten(s: &str) -> String {
     if s.chars().count() <= 40 {
@@ -145,6 +170,9 @@ mod tests {
         assert_eq!(q.string("x"), Some("A"));
         let err = QueryParams::parse("limit=1&limit=2").err().unwrap();
         assert_eq!(err.body.path.as_deref(), Some("limit"));
+        assert!(valid_percent_encoding("epic-9%2Fsub-2"));
+        assert!(!valid_percent_encoding("%ZZ"));
+        assert!(!valid_percent_encoding("a%2"));
         let err = q.choice("format", &["pairs", "runs"]).unwrap_err();
         assert!(
             err.body.message.contains("required"),

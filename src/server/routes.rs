@@ -87,6 +87,7 @@ pub(super) fn clamp_to_now(t: time::OffsetDateTime, skew_secs: u64) -> time::Off
         (status = 200, description = "The verdict (or, for a batch, one item per event: a verdict or `{\"error\": ...}`)", body = Verdict),
         (status = 400, description = "Malformed JSON, invalid UTF-8, an invalid event; `path` names the field", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 409, description = "A new subtask of a root that has server.max_subtasks already (`too_many_subtasks`)", body = ErrorBody),
         (status = 413, description = "Body or a text field too large", body = ErrorBody),
         (status = 429, description = "The embedding queue is full; see Retry-After", body = ErrorBody),
         (status = 503, description = "Model unavailable, store failure or timeout", body = ErrorBody),
@@ -462,20 +463,64 @@ pub async fn delete_task(
     }
 }
 
-/// `GET /livez`: the process is up.
-#[utoipa::path(get, path = "/livez", tag = "operations", responses((status = 200, description = "Always", body = String)))]
-pub async fn livez() -> &'static str {
-    "ok"
+/// `GET /livez`: the process is up, and nothing stops it from recovering by itself. 503 when
+/// only a restart can help (the task log's disk failed a write or sync other than for want of
+/// space: what is on disk after it is unknown until a restart replays the log).
+#[utoipa::path(get, path = "/livez", tag = "operations", responses(
+    (status = 200, description = "Alive (also while the store opens and replays its log)", body = String),
+    (status = 503, description = "Alive but unable to recover without a restart; `error` says why", body = ErrorBody),
+))]
+pub async fn livez(State(state): State<Arc<AppState>>) -> Response {
+    match state.store.fatal() {
+        None => "ok".into_response(),
+        Some(why) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_error",
+            format!("the state store cannot recover without a restart: {why}"),
+        )
+        .into_response(),
+    }
+}
+
+/// What answers while the store opens and replays its log: `/livez` is up, `/readyz` says the
+/// store is opening, everything else is 503 `starting` with `Retry-After`.
+pub fn starting_router() -> axum::Router {
+    use axum::routing::get;
+    axum::Router::new()
+        .route("/livez", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|| async {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(Readiness {
+                        status: "starting",
+                        model: "not loaded yet".into(),
+                        store: "opening",
+                        error: Some("opening the state store (replaying the task log)".into()),
+                    }),
+                )
+            }),
+        )
+        .fallback(|| async {
+            let mut e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "starting",
+                "the service is starting: its state store is being opened; retry shortly (see /readyz)",
+            );
+            e.retry_after_secs = Some(1);
+            e
+        })
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Readiness {
-    /// `ready`; `loading` (the model); `failed` (the model could not be loaded); `unavailable`
-    /// (the state store cannot be used: a shared database that cannot be reached). `error` says
-    /// why.
+    /// `ready`; `starting` (the store is being opened: its log replayed); `loading` (the
+    /// model); `failed` (the model could not be loaded); `unavailable` (the state store cannot
+    /// be used: a shared database that cannot be reached, a full disk). `error` says why.
     pub status: &'static str,
     pub model: String,
-    /// `open`, or `unavailable`.
+    /// `open`, `opening`, or `unavailable`.
     pub store: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -647,15 +692,8 @@ pub async fn feedback(
         &Limits::of(&state.cfg.server),
     )?;
     let req: FeedbackRequest = typed(value)?;
-    if req.task_id.is_empty() || req.task_id.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(
-            "invalid_event",
-            format!(
-                "a task id is 1..{} characters without control characters",
-                loopguard::event::MAX_TASK_ID_CHARS
-            ),
-        )
-        .at("task_id"));
+    if let Some(why) = loopguard::event::task_id_problem(&req.task_id) {
+        return Err(ApiError::bad_request("invalid_event", why).at("task_id"));
     }
     let record = state
         .engine

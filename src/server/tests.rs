@@ -1090,3 +1090,56 @@ fn every_route_has_its_own_metrics_label() {
     assert_eq!(super::route_label(Some("/dashboard/app.js")), "dashboard");
     assert_eq!(super::route_label(Some("/v2/nothing")), "other");
 }
+
+/// The OpenAPI document's task id pattern says what the server checks: the same ids match it
+/// as pass `task_id_problem` (schemathesis generates from the pattern and expects them taken).
+#[test]
+fn the_task_id_pattern_is_the_check() {
+    let pattern = regex::Regex::new(super::openapi::TASK_ID_PATTERN).unwrap();
+    let mut ids: Vec<String> = [
+        "t-42",
+        "a b",
+        " x",
+        "x ",
+        "epic-9/sub-2",
+        "ünïcödé",
+        "😀",
+        "%ZZ",
+        "",
+        " ",
+        "\t",
+        "\u{3000}",
+        "\u{a0}",
+        "a\u{200b}b",
+        "x\u{202e}y",
+        "\u{feff}",
+        "\u{2028}",
+        "a\u{2066}",
+        "\u{ad}",
+        "\u{7f}",
+        "\u{85}",
+        "a\u{0}",
+        "\u{205f}x",
+        "\u{2060}",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // Every character of the first few planes' boundaries, alone and next to a letter.
+    for c in (0u32..0x3100)
+        .chain(0xfe00..0x10000)
+        .filter_map(char::from_u32)
+    {
+        ids.push(c.to_string());
+        ids.push(format!("a{c}"));
+    }
+    for id in ids {
+        let valid = loopguard::event::task_id_problem(&id).is_none();
+        assert_eq!(
+            pattern.is_match(&id),
+            valid,
+            "{id:?} ({:?}): pattern and check disagree",
+            id.chars().map(|c| c as u32).collect::<Vec<_>>()
+        );
+    }
+}

@@ -44,6 +44,16 @@ pub enum StoreError {
     /// The store cannot be reached (a database restarting): nothing was applied; retry later.
     #[error("state store unavailable: {0}")]
     Unavailable(String),
+    /// The disk is full: nothing was applied; commits resume by themselves once space is freed.
+    #[error("state store full: {0}")]
+    Full(String),
+    /// A file of the store is damaged: refused, naming the file and the byte, never cut.
+    #[error("the task log is damaged: {file} at byte {offset}: {message}")]
+    Damaged {
+        file: String,
+        offset: u64,
+        message: String,
+    },
 }
 
 /// A task opened by [`Store::begin`]: its current state and the transaction to commit.
@@ -105,11 +115,23 @@ pub trait Store: Send + Sync {
     /// `GET /v1/tasks`, the dashboard): it reads only what expiry reads, not the states.
     fn recent_roots(&self, limit: usize) -> StoreFuture<'_, (usize, Vec<(String, i64)>)>;
 
+    /// How many subtasks are linked to a root task (bounded by `server.max_subtasks`).
+    fn subtask_count<'a>(&'a self, root: &'a str) -> StoreFuture<'a, usize>;
+
     /// Wait until every commit made so far survives a crash (at shutdown).
     fn flush(&self) -> StoreFuture<'_>;
 
+    /// Stop taking commits and release the store in order (at shutdown, after [`Store::flush`]).
+    fn close(&self) {}
+
     /// Why the store cannot serve right now, for `/readyz`; `None` when it can.
     fn unready(&self) -> Option<String> {
+        None
+    }
+
+    /// Why the store cannot recover without a restart (a failed write or sync leaves what is
+    /// on disk unknown), for `/livez`; `None` while it can serve or recover by itself.
+    fn fatal(&self) -> Option<String> {
         None
     }
 
@@ -255,6 +277,11 @@ impl Store for InMemoryStore {
     fn recent_roots(&self, limit: usize) -> StoreFuture<'_, (usize, Vec<(String, i64)>)> {
         let inner = self.inner.lock().expect("store lock");
         ready(Ok(recent_of(inner.states.values(), limit)))
+    }
+
+    fn subtask_count<'a>(&'a self, root: &'a str) -> StoreFuture<'a, usize> {
+        let inner = self.inner.lock().expect("store lock");
+        ready(Ok(inner.links.values().filter(|r| *r == root).count()))
     }
 
     fn flush(&self) -> StoreFuture<'_> {

@@ -440,6 +440,18 @@ impl Store for SledStore {
         ready(scan())
     }
 
+    fn subtask_count<'a>(&'a self, root: &'a str) -> StoreFuture<'a, usize> {
+        let reverse = under("r:", root);
+        let mut n = 0;
+        for item in self.db.scan_prefix(&reverse) {
+            if let Err(e) = item {
+                return ready(Err(io(e)));
+            }
+            n += 1;
+        }
+        ready(Ok(n))
+    }
+
     fn flush(&self) -> StoreFuture<'_> {
         Box::pin(self.flusher.durable())
     }

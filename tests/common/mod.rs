@@ -170,7 +170,25 @@ impl Server {
             .strip_prefix("loopguard listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
             .to_string();
-        Server { child, base }
+        let mut s = Server { child, base };
+        s.wait_open();
+        s
+    }
+
+    /// Wait until the store is open (the server listens at once, and answers 503 `starting`
+    /// while it replays its log). Panics if the process exits first.
+    pub fn wait_open(&mut self) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(300) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("loopguard serve exited while opening its store: {status}");
+            }
+            match raw_get(&self.base, "/readyz") {
+                Some(answer) if !answer.contains("\"starting\"") => return,
+                _ => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        }
+        panic!("the store did not open within 300 s");
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -229,6 +247,23 @@ impl Server {
             .expect("kill -TERM");
         self.child.wait().expect("wait for exit")
     }
+}
+
+/// A blocking `GET path` on `base` (`http://ip:port`): the whole answer, head and body.
+pub fn raw_get(base: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
 }
 
 impl Drop for Server {

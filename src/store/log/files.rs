@@ -5,7 +5,8 @@
 //! file     = MAGIC batch*
 //! batch    = len: u32 LE | crc32(data): u32 LE | raw_len: u32 LE | data (`len` bytes)
 //!            data = LZ4 block of `raw_len` bytes: records, compressed against the last 64 KB
-//!            of the file's records before it (its dictionary)
+//!            of the file's records before it (its dictionary) — or, when the top bit of
+//!            `raw_len` is set (a restart point, every 256 KB of records), against nothing
 //! record   = len: u32 LE | crc32(payload): u32 LE | payload (JSON, `len` bytes)
 //! seg-N    = commits appended, one batch per group commit; the last batch may be torn by a crash
 //! snap-N   = every task as it was after all records of the segments before N, then an end record
@@ -15,7 +16,6 @@
 //! field names), so against its predecessors it compresses to a few dozen bytes: the dictionary
 //! is what keeps a small group commit small on disk.
 
-use super::Record;
 use crate::store::StoreError;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
@@ -23,8 +23,18 @@ use std::path::{Path, PathBuf};
 
 /// Records (and batches) larger than this are not: a length read from a torn tail.
 const MAX_RECORD: u32 = 256 << 20;
-/// The start of every segment and snapshot: the format's name and version.
-pub const MAGIC: [u8; 8] = *b"LGTLOG\0\x01";
+/// The start of every segment: the format's name and version. Version 2 has restart points.
+pub const MAGIC: [u8; 8] = *b"LGTLOG\0\x02";
+/// Segments, and snapshots, of the first version: one unbroken chain (still read).
+pub const MAGIC_V1: [u8; 8] = *b"LGTLOG\0\x01";
+/// The start of every page file (snapshots, the spill file): blocks compressed on their own.
+pub const PAGE_MAGIC: [u8; 8] = *b"LGTPAGE\x01";
+/// The top bit of a batch's `raw_len`: compressed without a dictionary, which restarts here.
+const FRESH: u32 = 1 << 31;
+/// Records between restart points: damage makes a chain unreadable from the damaged batch on
+/// (later batches refer back to its bytes), so a chain is restarted this often, bounding what
+/// one bad byte can take with it. It costs one batch compressed without a dictionary.
+const RESTART_BYTES: usize = 256 << 10;
 /// How much of the records before a batch its compression may refer to (LZ4's window).
 const DICTIONARY: usize = 64 << 10;
 
@@ -56,6 +66,8 @@ pub fn frame(buf: &mut Vec<u8>, record: &impl serde::Serialize) -> Result<(), St
 #[derive(Default)]
 pub struct History {
     raw: Vec<u8>,
+    /// Record bytes since the last restart point.
+    since_restart: usize,
 }
 
 impl History {
@@ -63,7 +75,14 @@ impl History {
         &self.raw[self.raw.len().saturating_sub(DICTIONARY)..]
     }
 
+    /// A restart point: what came before is no one's dictionary any more.
+    fn restart(&mut self) {
+        self.raw.clear();
+        self.since_restart = 0;
+    }
+
     fn push(&mut self, records: &[u8]) {
+        self.since_restart += records.len();
         self.raw.extend_from_slice(records);
         // Keep between one and two windows: trimmed now and then, not per batch.
         if self.raw.len() > 2 * DICTIONARY {
@@ -79,15 +98,30 @@ pub fn encode_batch(
     records: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), StoreError> {
+    let fresh = history.raw.is_empty() || history.since_restart >= RESTART_BYTES;
+    if fresh {
+        history.restart();
+    }
+    let start = out.len();
+    compress_into(records, history.dictionary(), out)?;
+    if fresh {
+        out[start + 11] |= (FRESH >> 24) as u8;
+    }
+    history.push(records);
+    Ok(())
+}
+
+/// Append to `out` one block of a page file holding `records`, compressed on its own.
+pub fn encode_block(records: &[u8], out: &mut Vec<u8>) -> Result<(), StoreError> {
+    compress_into(records, &[], out)
+}
+
+fn compress_into(records: &[u8], dictionary: &[u8], out: &mut Vec<u8>) -> Result<(), StoreError> {
     let start = out.len();
     let bound = lz4_flex::block::get_maximum_output_size(records.len());
     out.resize(start + 12 + bound, 0);
-    let len = lz4_flex::block::compress_into_with_dict(
-        records,
-        &mut out[start + 12..],
-        history.dictionary(),
-    )
-    .map_err(|e| StoreError::Io(format!("compressing a task log batch: {e}")))?;
+    let len = lz4_flex::block::compress_into_with_dict(records, &mut out[start + 12..], dictionary)
+        .map_err(|e| StoreError::Io(format!("compressing a task log batch: {e}")))?;
     out.truncate(start + 12 + len);
     let (len, raw_len) = match (u32::try_from(len), u32::try_from(records.len())) {
         (Ok(l), Ok(r)) if l <= MAX_RECORD && r <= MAX_RECORD => (l, r),
@@ -102,15 +136,43 @@ pub fn encode_batch(
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     out[start + 8..start + 12].copy_from_slice(&raw_len.to_le_bytes());
-    history.push(records);
     Ok(())
+}
+
+/// Read the block at `offset` of a page file and decompress it into `raw`.
+pub fn read_block(
+    file: &File,
+    path: &Path,
+    offset: u64,
+    raw: &mut Vec<u8>,
+) -> Result<(), StoreError> {
+    use std::os::unix::fs::FileExt;
+    let corrupt = |message: String| StoreError::Corrupt {
+        task: format!("{} at byte {offset}", path.display()),
+        message,
+    };
+    let mut head = [0u8; 12];
+    file.read_exact_at(&mut head, offset)
+        .map_err(|e| io_at(path, e))?;
+    let (len, crc, raw_len, _) = header(&head);
+    if len == 0 || len > MAX_RECORD || raw_len > MAX_RECORD {
+        return Err(corrupt(format!("a block header saying {len} bytes")));
+    }
+    let mut data = vec![0u8; len as usize];
+    file.read_exact_at(&mut data, offset + 12)
+        .map_err(|e| io_at(path, e))?;
+    if crc32fast::hash(&data) != crc {
+        return Err(corrupt("a block whose checksum does not match".into()));
+    }
+    decompress(&data, raw_len, &[], raw).map_err(corrupt)
 }
 
 /// How reading a file of records ended.
 pub enum Tail {
     /// At the end of the file.
     Clean,
-    /// At a batch that is incomplete or fails its CRC, at this offset: a write the crash cut.
+    /// At a batch that is incomplete or fails its CRC, at this offset: a write a crash cut, or
+    /// damage ([`find_valid_after`] tells which).
     Torn { offset: u64, why: String },
 }
 
@@ -121,10 +183,37 @@ pub struct Replayed {
     pub history: History,
 }
 
-/// Read every record of `path` in order, handing each to `each` with the offset of its batch.
+/// Where a record was read: the offset of its batch (or block) and its place in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct At {
+    pub batch: u64,
+    pub slot: u32,
+}
+
+/// How a file's batches are compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A segment: each batch against the records before it (a chain read from the start).
+    Chained,
+    /// A page file (snapshot, spill): each block on its own, so any one can be read alone.
+    Blocks,
+}
+
+impl Layout {
+    fn magic(self) -> [u8; 8] {
+        match self {
+            Layout::Chained => MAGIC,
+            Layout::Blocks => PAGE_MAGIC,
+        }
+    }
+}
+
+/// Read every record of `path` in order, handing each record's payload (checked against its
+/// CRC) to `each` with where it was read.
 pub fn read_records(
     path: &Path,
-    mut each: impl FnMut(Record, u64) -> Result<(), StoreError>,
+    layout: Layout,
+    mut each: impl FnMut(&[u8], At) -> Result<(), StoreError>,
 ) -> Result<Replayed, StoreError> {
     let file = File::open(path).map_err(|e| io_at(path, e))?;
     let size = file.metadata().map_err(|e| io_at(path, e))?.len();
@@ -138,19 +227,7 @@ pub fn read_records(
     }
     let mut magic = [0u8; 8];
     r.read_exact(&mut magic).map_err(|e| io_at(path, e))?;
-    if magic != MAGIC {
-        return Err(if magic[..7] == MAGIC[..7] {
-            StoreError::Version {
-                found: u32::from(magic[7]),
-                supported: u32::from(MAGIC[7]),
-            }
-        } else {
-            StoreError::Corrupt {
-                task: path.display().to_string(),
-                message: "not a loopguard task log file".into(),
-            }
-        });
-    }
+    check_magic(path, magic, layout.magic())?;
     let mut offset = MAGIC.len() as u64;
     let mut data = Vec::new();
     let mut raw = Vec::new();
@@ -167,9 +244,12 @@ pub fn read_records(
         }
         let mut head = [0u8; 12];
         r.read_exact(&mut head).map_err(|e| io_at(path, e))?;
-        let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
-        let (len, crc, raw_len) = (word(0), word(4), word(8));
-        if len > MAX_RECORD || raw_len > MAX_RECORD || u64::from(len) > size - offset - 12 {
+        let (len, crc, raw_len, fresh) = header(&head);
+        if len == 0
+            || len > MAX_RECORD
+            || raw_len > MAX_RECORD
+            || u64::from(len) > size - offset - 12
+        {
             return torn(format!("a batch of {len} bytes past the end"), history);
         }
         data.resize(len as usize, 0);
@@ -177,40 +257,366 @@ pub fn read_records(
         if crc32fast::hash(&data) != crc {
             return torn("a batch whose checksum does not match".into(), history);
         }
-        let corrupt = |message: String| StoreError::Corrupt {
-            task: format!("{} at byte {offset}", path.display()),
+        let corrupt = |message: String| StoreError::Damaged {
+            file: path.display().to_string(),
+            offset,
             message,
         };
-        raw.resize(raw_len as usize, 0);
-        let n = lz4_flex::block::decompress_into_with_dict(&data, &mut raw, history.dictionary())
-            .map_err(|e| corrupt(format!("a batch that does not decompress: {e}")))?;
-        if n != raw.len() {
-            return Err(corrupt(format!(
-                "a batch of {n} bytes where {raw_len} were written"
-            )));
+        if fresh {
+            history.restart();
         }
-        let mut at = 0usize;
-        while at < raw.len() {
-            let rest = &raw[at..];
-            if rest.len() < 8 {
-                return Err(corrupt("a record cut inside its batch".into()));
-            }
-            let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
-            let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-            let payload = rest
-                .get(8..8 + len)
-                .ok_or_else(|| corrupt("a record cut inside its batch".into()))?;
-            if crc32fast::hash(payload) != crc {
-                return Err(corrupt("a record whose checksum does not match".into()));
-            }
-            let record: Record =
-                serde_json::from_slice(payload).map_err(|e| corrupt(e.to_string()))?;
-            each(record, offset)?;
-            at += 8 + len;
+        let dictionary = match layout {
+            Layout::Chained => history.dictionary(),
+            Layout::Blocks => &[],
+        };
+        decompress(&data, raw_len, dictionary, &mut raw).map_err(corrupt)?;
+        for_each_record(&raw, |slot, payload| {
+            each(
+                payload,
+                At {
+                    batch: offset,
+                    slot,
+                },
+            )
+        })
+        .map_err(|e| match e {
+            RecordError::Bad(why) => corrupt(why),
+            RecordError::Caller(e) => e,
+        })?;
+        if layout == Layout::Chained {
+            history.push(&raw);
         }
-        history.push(&raw);
         offset += 12 + u64::from(len);
     }
+}
+
+fn check_magic(path: &Path, found: [u8; 8], want: [u8; 8]) -> Result<(), StoreError> {
+    if found == want || (want == MAGIC && found == MAGIC_V1) {
+        return Ok(());
+    }
+    Err(StoreError::Damaged {
+        file: path.display().to_string(),
+        offset: 0,
+        message: if found[..7] == want[..7] {
+            format!(
+                "format version {}, where this build reads {} here: written by another \
+                 version of loopguard, or damaged",
+                found[7], want[7]
+            )
+        } else {
+            "not a loopguard task log file of this kind (its header is wrong)".into()
+        },
+    })
+}
+
+/// A batch header: compressed length, CRC of the compressed bytes, raw length, and whether it
+/// is a restart point.
+fn header(head: &[u8]) -> (u32, u32, u32, bool) {
+    let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
+    (word(0), word(4), word(8) & !FRESH, word(8) & FRESH != 0)
+}
+
+fn decompress(
+    data: &[u8],
+    raw_len: u32,
+    dictionary: &[u8],
+    raw: &mut Vec<u8>,
+) -> Result<(), String> {
+    raw.resize(raw_len as usize, 0);
+    let n = lz4_flex::block::decompress_into_with_dict(data, raw, dictionary)
+        .map_err(|e| format!("a batch that does not decompress: {e}"))?;
+    if n != raw.len() {
+        return Err(format!("a batch of {n} bytes where {raw_len} were written"));
+    }
+    Ok(())
+}
+
+enum RecordError {
+    Bad(String),
+    Caller(StoreError),
+}
+
+/// Each framed record of a decompressed batch, checked against its CRC.
+fn for_each_record(
+    raw: &[u8],
+    mut each: impl FnMut(u32, &[u8]) -> Result<(), StoreError>,
+) -> Result<(), RecordError> {
+    let mut at = 0usize;
+    let mut slot = 0u32;
+    while at < raw.len() {
+        let rest = &raw[at..];
+        if rest.len() < 8 {
+            return Err(RecordError::Bad("a record cut inside its batch".into()));
+        }
+        let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+        if len == 0 {
+            // Never written: a record is a JSON object.
+            return Err(RecordError::Bad("an empty record".into()));
+        }
+        let payload = rest
+            .get(8..8 + len)
+            .ok_or_else(|| RecordError::Bad("a record cut inside its batch".into()))?;
+        if crc32fast::hash(payload) != crc {
+            return Err(RecordError::Bad(
+                "a record whose checksum does not match".into(),
+            ));
+        }
+        each(slot, payload).map_err(RecordError::Caller)?;
+        at += 8 + len;
+        slot += 1;
+    }
+    Ok(())
+}
+
+/// The payload of the record at `slot` of a decompressed block, checked against its CRC.
+pub fn record_at(raw: &[u8], slot: u32) -> Result<&[u8], String> {
+    let mut at = 0usize;
+    for n in 0..=slot {
+        let head = raw
+            .get(at..at + 8)
+            .ok_or_else(|| format!("no record {slot} in a block of {n}"))?;
+        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+        let payload = raw
+            .get(at + 8..at + 8 + len)
+            .ok_or_else(|| "a record cut inside its block".to_string())?;
+        if n == slot {
+            if crc32fast::hash(payload) != crc {
+                return Err("a record whose checksum does not match".into());
+            }
+            return Ok(payload);
+        }
+        at += 8 + len;
+    }
+    unreachable!("the loop returns at `slot`")
+}
+
+/// Valid batches found after a damaged one: where the first starts, how many follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValidAfter {
+    pub offset: u64,
+    pub batches: u64,
+    /// The end of the last of them.
+    pub end: u64,
+}
+
+/// Look for whole batches after the damaged one at `from`. A crash cuts only the end of what
+/// was being written, and a batch is written only once the one before it is synced: a valid
+/// batch after a bad one means the bad one is damage, not a torn write. A candidate counts when
+/// its checksum matches and it is followed by another that does, or ends the file exactly (a
+/// chance match of both is about one in 2^64).
+pub fn find_valid_after(path: &Path, from: u64) -> Result<Option<ValidAfter>, StoreError> {
+    let bytes = std::fs::read(path).map_err(|e| io_at(path, e))?;
+    let size = bytes.len() as u64;
+    let batch_at = |at: u64| -> Option<u64> {
+        let head = bytes.get(at as usize..at as usize + 12)?;
+        let (len, crc, raw_len, _) = header(head);
+        if len == 0 || raw_len < 8 || len > MAX_RECORD || raw_len > MAX_RECORD {
+            return None;
+        }
+        let end = at + 12 + u64::from(len);
+        let data = bytes.get(at as usize + 12..end as usize)?;
+        (crc32fast::hash(data) == crc).then_some(end)
+    };
+    let mut at = from + 1;
+    while at + 12 <= size {
+        if let Some(end) = batch_at(at) {
+            if end == size || batch_at(end).is_some() {
+                let mut batches = 0;
+                let mut next = at;
+                while let Some(e) = batch_at(next) {
+                    batches += 1;
+                    next = e;
+                }
+                return Ok(Some(ValidAfter {
+                    offset: at,
+                    batches,
+                    end: next,
+                }));
+            }
+        }
+        at += 1;
+    }
+    Ok(None)
+}
+
+/// A stretch of a file that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub offset: u64,
+    /// Where reading resumed (the next whole batch), or the file's size.
+    pub end: u64,
+    pub why: String,
+    /// Valid batches follow it (else it is the file's tail).
+    pub followed: bool,
+}
+
+/// What [`scan`] found in a file.
+#[derive(Debug, Default)]
+pub struct Scanned {
+    pub size: u64,
+    pub batches: u64,
+    pub records: u64,
+    /// Records inside readable batches that failed their own checksum or did not decompress.
+    pub records_dropped: u64,
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// Read every record of `path` that can be read, past any damage: a bad batch is skipped to
+/// the next whole one ([`find_valid_after`]'s rule), and a batch compressed against lost bytes
+/// is decompressed as far as it can be, keeping the records whose own checksum matches. Each
+/// record goes to `each` with whether it is intact (a record failing its checksum is handed
+/// over too, so that what it was about can be named). For `loopguard store verify` and
+/// `salvage`; the service itself refuses damage.
+pub fn scan(
+    path: &Path,
+    layout: Layout,
+    mut each: impl FnMut(&[u8], At, bool),
+) -> Result<Scanned, StoreError> {
+    let bytes = std::fs::read(path).map_err(|e| io_at(path, e))?;
+    let size = bytes.len() as u64;
+    let mut out = Scanned {
+        size,
+        ..Scanned::default()
+    };
+    if bytes.len() < MAGIC.len() {
+        out.unreadable.push(Unreadable {
+            offset: 0,
+            end: size,
+            why: format!("{size} bytes of a file header"),
+            followed: false,
+        });
+        return Ok(out);
+    }
+    let mut magic = [0u8; 8];
+    magic.copy_from_slice(&bytes[..8]);
+    if let Err(e) = check_magic(path, magic, layout.magic()) {
+        // Read on as if the header were right: a flipped byte there spoils nothing else.
+        out.unreadable.push(Unreadable {
+            offset: 0,
+            end: MAGIC.len() as u64,
+            why: e.to_string(),
+            followed: size > MAGIC.len() as u64,
+        });
+    }
+    let batch_at = |at: u64| -> Result<(u32, bool, u64), String> {
+        let head = bytes
+            .get(at as usize..at as usize + 12)
+            .ok_or_else(|| format!("{} bytes of a batch header", size - at))?;
+        let (len, crc, raw_len, fresh) = header(head);
+        if len == 0 || len > MAX_RECORD || raw_len > MAX_RECORD {
+            return Err(format!("a batch header saying {len} bytes"));
+        }
+        let end = at + 12 + u64::from(len);
+        let data = bytes
+            .get(at as usize + 12..end as usize)
+            .ok_or_else(|| format!("a batch of {len} bytes past the end"))?;
+        if crc32fast::hash(data) != crc {
+            return Err("a batch whose checksum does not match".into());
+        }
+        Ok((raw_len, fresh, end))
+    };
+    let mut history = History::default();
+    let mut raw = Vec::new();
+    let mut at = MAGIC.len() as u64;
+    // Decompress one batch as far as it goes and hand out the records that pass their own
+    // checksum; the batch's bytes (or zeros in their place) go into the dictionary.
+    let mut take = |at: u64,
+                    data: &[u8],
+                    (raw_len, fresh): (u32, bool),
+                    out: &mut Scanned,
+                    history: &mut History| {
+        if fresh {
+            history.restart();
+        }
+        let dictionary = match layout {
+            Layout::Chained => history.dictionary(),
+            Layout::Blocks => &[],
+        };
+        if decompress(data, raw_len, dictionary, &mut raw).is_err() {
+            out.records_dropped += 1;
+            history.push(&vec![0u8; (raw_len as usize).min(DICTIONARY)]);
+            return;
+        }
+        let mut pos = 0usize;
+        let mut slot = 0u32;
+        while pos + 8 <= raw.len() {
+            let len = u32::from_le_bytes(raw[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+            let crc = u32::from_le_bytes(raw[pos + 4..pos + 8].try_into().expect("4 bytes"));
+            match raw.get(pos + 8..pos + 8 + len) {
+                // An empty record is never written (and is what zeros decode to).
+                Some(p) if !p.is_empty() && crc32fast::hash(p) == crc => {
+                    out.records += 1;
+                    each(p, At { batch: at, slot }, true);
+                }
+                Some(p) => {
+                    out.records_dropped += 1;
+                    each(p, At { batch: at, slot }, false);
+                }
+                None => {
+                    out.records_dropped += 1;
+                    break;
+                }
+            }
+            pos += 8 + len;
+            slot += 1;
+        }
+        if layout == Layout::Chained {
+            history.push(&raw);
+        }
+    };
+    while at < size {
+        match batch_at(at) {
+            Ok((raw_len, fresh, end)) => {
+                out.batches += 1;
+                let data = &bytes[at as usize + 12..end as usize];
+                take(at, data, (raw_len, fresh), &mut out, &mut history);
+                at = end;
+            }
+            Err(why) => {
+                // A sound header over bytes that fail the checksum (a flipped byte): the batch
+                // is still decompressed, and every record in it that passes its own checksum
+                // is kept — as are the batches after it, whose dictionary it is.
+                let whole = bytes.get(at as usize..at as usize + 12).map(header).filter(
+                    |(len, _, raw_len, _)| {
+                        *len > 0
+                            && *len <= MAX_RECORD
+                            && *raw_len <= MAX_RECORD
+                            && at + 12 + u64::from(*len) <= size
+                    },
+                );
+                if let Some((len, _, raw_len, fresh)) = whole {
+                    let end = at + 12 + u64::from(len);
+                    out.unreadable.push(Unreadable {
+                        offset: at,
+                        end,
+                        why: format!("{why} (its records that pass their own checksum are kept)"),
+                        followed: end < size,
+                    });
+                    let data = &bytes[at as usize + 12..end as usize];
+                    take(at, data, (raw_len, fresh), &mut out, &mut history);
+                    at = end;
+                    continue;
+                }
+                let next = find_valid_after(path, at)?;
+                out.unreadable.push(Unreadable {
+                    offset: at,
+                    end: next.map_or(size, |n| n.offset),
+                    why,
+                    followed: next.is_some(),
+                });
+                // What the lost bytes held is unknown; the dictionary keeps their place as
+                // zeros, so later batches decompress as far as they do not refer to them.
+                history.push(&vec![0u8; DICTIONARY]);
+                match next {
+                    Some(n) => at = n.offset,
+                    None => break,
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Cut a torn tail off the last segment, so appends continue after its last whole record.
@@ -246,21 +652,77 @@ pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
         .map_err(|e| io_at(dir, e))
 }
 
-/// Write `bytes` as the file `path`, atomically: a temporary file, synced, renamed into place.
+/// Write the file `path` atomically: a temporary file (starting with `magic`), synced, renamed
+/// into place. On failure the temporary file is removed: a full disk gets its space back.
 pub fn write_atomically(
     dir: &Path,
     path: &Path,
+    magic: [u8; 8],
     write: impl FnOnce(&mut dyn Write) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
     let tmp = path.with_extension("tmp");
-    let file = File::create(&tmp).map_err(|e| io_at(&tmp, e))?;
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-    w.write_all(&MAGIC).map_err(|e| io_at(&tmp, e))?;
-    write(&mut w)?;
-    let file = w.into_inner().map_err(|e| io_at(&tmp, e.into_error()))?;
-    file.sync_all().map_err(|e| io_at(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_at(path, e))?;
+    let written = (|| {
+        let file = File::create(&tmp).map_err(|e| io_at(&tmp, e))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        w.write_all(&magic).map_err(|e| io_at(&tmp, e))?;
+        write(&mut w)?;
+        let file = w.into_inner().map_err(|e| io_at(&tmp, e.into_error()))?;
+        file.sync_all().map_err(|e| io_at(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| io_at(path, e))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
     sync_dir(dir)
+}
+
+/// What a clean close left: the segment appended to last and its length. A store that finds
+/// it knows nothing was cut by a crash, so anything missing or unreadable is damage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Closed {
+    pub segment: u64,
+    pub bytes: u64,
+}
+
+pub fn closed_path(dir: &Path) -> PathBuf {
+    dir.join("CLOSED")
+}
+
+pub fn read_closed(dir: &Path) -> Result<Option<Closed>, StoreError> {
+    let path = closed_path(dir);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt {
+                task: path.display().to_string(),
+                message: format!("unreadable ({e}); remove it to open the log as after a crash"),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_at(&path, e)),
+    }
+}
+
+pub fn write_closed(dir: &Path, closed: Closed) -> Result<(), StoreError> {
+    let path = closed_path(dir);
+    let tmp = path.with_extension("tmp");
+    let bytes = serde_json::to_vec(&closed).map_err(|e| StoreError::Io(e.to_string()))?;
+    let written = File::create(&tmp)
+        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_at(&path, e));
+    }
+    sync_dir(dir)
+}
+
+pub fn remove_closed(dir: &Path) -> Result<(), StoreError> {
+    match std::fs::remove_file(closed_path(dir)) {
+        Ok(()) => sync_dir(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_at(&closed_path(dir), e)),
+    }
 }
 
 /// Numbered files of the log directory: segments and snapshots, each in order.
@@ -301,6 +763,7 @@ pub fn io_at(path: &Path, e: std::io::Error) -> StoreError {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Record;
     use super::*;
 
     fn delete(root: &str) -> Vec<u8> {
@@ -324,8 +787,8 @@ mod tests {
         file.truncate(file.len() - 3);
         std::fs::write(&path, &file).unwrap();
         let mut seen = Vec::new();
-        let read = read_records(&path, |r, _| {
-            if let Record::Delete { root } = r {
+        let read = read_records(&path, Layout::Chained, |r, _| {
+            if let Record::Delete { root } = serde_json::from_slice(r).unwrap() {
                 seen.push(root);
             }
             Ok(())
@@ -338,7 +801,7 @@ mod tests {
         let mut bad = file[..whole as usize].to_vec();
         bad[MAGIC.len() + 13] ^= 0xff;
         std::fs::write(&path, &bad).unwrap();
-        let read = read_records(&path, |_, _| Ok(())).unwrap();
+        let read = read_records(&path, Layout::Chained, |_, _| Ok(())).unwrap();
         assert!(matches!(read.tail, Tail::Torn { offset: 8, .. }));
     }
 
@@ -360,13 +823,23 @@ mod tests {
         let path = dir.path().join("seg-0000000000.log");
         let mut newer = MAGIC;
         newer[7] += 1;
+        assert_eq!(newer[7], 3);
         std::fs::write(&path, newer).unwrap();
-        let err = read_records(&path, |_, _| Ok(())).err().unwrap();
-        assert!(matches!(err, StoreError::Version { .. }), "{err}");
-        std::fs::write(&path, b"something else").unwrap();
-        let err = read_records(&path, |_, _| Ok(())).err().unwrap();
+        let err = read_records(&path, Layout::Chained, |_, _| Ok(()))
+            .err()
+            .unwrap();
         assert!(
-            err.to_string().contains("not a loopguard task log"),
+            err.to_string().contains("seg-0000000000.log")
+                && err.to_string().contains("format version 3"),
+            "{err}"
+        );
+        std::fs::write(&path, b"something else").unwrap();
+        let err = read_records(&path, Layout::Chained, |_, _| Ok(()))
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("not a loopguard task log")
+                && err.to_string().contains("seg-0000000000.log"),
             "{err}"
         );
     }

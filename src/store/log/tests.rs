@@ -9,6 +9,7 @@ fn small(segment_bytes: u64) -> LogOptions {
     LogOptions {
         segment_bytes,
         audit_kept: 50,
+        cached_tasks: 10_000,
     }
 }
 
@@ -82,15 +83,26 @@ async fn drive(engine: &Engine, tasks: usize, per_task: usize) {
     }
 }
 
+/// Every task the store holds: its state, audit trail and subtasks, read through the store
+/// (from memory or back from disk).
 fn snapshot_of(store: &LogStore) -> Vec<(TaskState, Vec<AuditRecord>, Vec<String>)> {
-    let inner = store.inner();
-    let mut out: Vec<_> = inner
-        .tasks
-        .tasks
-        .values()
-        .map(|t| {
-            let mut subs = t.subtasks.clone();
-            subs.sort();
+    let roots: Vec<(String, Vec<String>)> = {
+        let inner = store.inner();
+        inner
+            .index
+            .entries
+            .iter()
+            .map(|(r, e)| {
+                let mut subs: Vec<String> = e.subtasks.iter().map(|s| s.to_string()).collect();
+                subs.sort();
+                (r.to_string(), subs)
+            })
+            .collect()
+    };
+    let mut out: Vec<_> = roots
+        .into_iter()
+        .map(|(root, subs)| {
+            let t = store.task(&root, false).unwrap().expect("a task it lists");
             ((*t.state).clone(), t.audit.iter().cloned().collect(), subs)
         })
         .collect();
@@ -191,7 +203,8 @@ fn a_torn_tail_is_cut_off_and_the_rest_kept() {
         drop(engine);
         held
     });
-    // A crash in the middle of a write: half a record at the end.
+    // A crash in the middle of a write: half a record at the end (and no clean close).
+    files::remove_closed(dir.path()).unwrap();
     let listing = files::list(dir.path()).unwrap();
     let last = files::segment_path(dir.path(), *listing.segments.last().unwrap());
     let mut record = Vec::new();
@@ -432,4 +445,309 @@ fn a_failed_evaluation_leaves_the_task_as_it_was() {
         assert_eq!(next.events_total, before.events_total + 1);
         assert_eq!(next.loop_count, before.loop_count + 1, "{v:?}");
     });
+}
+
+/// The events of `tasks` tasks (busy ones: subtasks, resets, a deletion) run with at most
+/// `cached` task states in memory, in the engine and in the store, with tiny segments: states
+/// leave memory, go to the spill file and into snapshots, and come back when their task does.
+/// Every state ends as it does with everything in memory, and reads back so after a reopen.
+#[test]
+fn states_leave_memory_and_come_back_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let cached = 3;
+    let mut cfg = Config::default();
+    cfg.server.max_cached_tasks = cached;
+    let cfg = Arc::new(cfg);
+    let opts = LogOptions {
+        segment_bytes: 16 << 10,
+        audit_kept: 50,
+        cached_tasks: cached,
+    };
+    let (held, spilled, snapshots) = block_on(async {
+        let store = Arc::new(LogStore::open(dir.path(), opts).unwrap());
+        let engine = Engine::with_store(
+            Arc::clone(&cfg),
+            Embedder::start_stub(),
+            Arc::clone(&store) as Arc<dyn Store>,
+        );
+        drive(&engine, 12, 40).await;
+        engine.delete("task-7").await.unwrap();
+        store.flush().await.unwrap();
+        assert!(
+            engine.cached_tasks() <= cached,
+            "the engine holds {} states",
+            engine.cached_tasks()
+        );
+        // The writer trims the store's copies after each group commit.
+        assert!(
+            store.cached_tasks() <= cached + 1,
+            "the store holds {} states",
+            store.cached_tasks()
+        );
+        let held = snapshot_of(&store);
+        let stats = store.stats();
+        (
+            held,
+            stats.spilled.load(std::sync::atomic::Ordering::Relaxed),
+            stats.snapshots.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    });
+    assert!(spilled > 0, "states went to the spill file");
+    assert!(snapshots > 0, "snapshots were written");
+    assert_eq!(held.len(), 11);
+    let memory = block_on(async {
+        let store = Arc::new(crate::store::InMemoryStore::new());
+        let engine = Engine::with_store(
+            Arc::new(Config::default()),
+            Embedder::start_stub(),
+            Arc::clone(&store) as Arc<dyn Store>,
+        );
+        drive(&engine, 12, 40).await;
+        engine.delete("task-7").await.unwrap();
+        let mut states = Vec::new();
+        for (s, _, _) in &held {
+            states.push(store.load(&s.root).await.unwrap().unwrap());
+        }
+        states
+    });
+    let strip = |s: &TaskState| {
+        let mut s = s.clone();
+        s.forget_vectors();
+        s.created_ts = 0;
+        s.updated_ts = 0;
+        for e in s.window.iter_mut() {
+            e.ts = 0;
+        }
+        for v in s.recent_verdicts.iter_mut() {
+            v.ts = 0;
+        }
+        s
+    };
+    for ((got, _, _), want) in held.iter().zip(&memory) {
+        assert_eq!(strip(got), strip(want), "{}", got.root);
+    }
+    let reopened = LogStore::open(dir.path(), opts).unwrap();
+    assert_eq!(snapshot_of(&reopened), held, "and so after a reopen");
+}
+
+/// A segment of one batch per record.
+fn one_batch_segment(records: &[Record]) -> Vec<u8> {
+    let mut file = files::MAGIC.to_vec();
+    let mut history = files::History::default();
+    for r in records {
+        let mut buf = Vec::new();
+        files::frame(&mut buf, r).unwrap();
+        files::encode_batch(&mut history, &buf, &mut file).unwrap();
+    }
+    file
+}
+
+fn commit_record(root: &str, version: u64) -> Record {
+    let mut st = TaskState::new(root, 1);
+    st.version = version;
+    Record::Commit {
+        root: root.into(),
+        base: None,
+        full: Some(Box::new(st)),
+        delta: None,
+        audit: Vec::new(),
+        link: None,
+    }
+}
+
+/// A crash cuts only what was being written; a bad batch with whole ones after it is damage,
+/// and is refused with the file, the byte and the tasks after it: nothing is cut. (The batches
+/// right after it were compressed against its bytes and cannot be read either; from the next
+/// restart point of the chain on, they can.)
+#[test]
+fn a_bad_batch_followed_by_whole_ones_is_refused_not_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let records: Vec<Record> = (0..400)
+        .map(|i| {
+            let Record::Commit { root, full, .. } = commit_record(&format!("t{i}"), 1) else {
+                unreachable!()
+            };
+            let mut full = full.unwrap();
+            full.goal = Some(format!(
+                "{i} {}",
+                "fill the disk with partial reports ".repeat(40)
+            ));
+            Record::Commit {
+                root,
+                base: None,
+                full: Some(full),
+                delta: None,
+                audit: Vec::new(),
+                link: None,
+            }
+        })
+        .collect();
+    let twentieth = one_batch_segment(&records[..20]).len();
+    let mut file = one_batch_segment(&records);
+    let path = files::segment_path(dir.path(), 0);
+    // A byte inside the 21st batch, well before the first restart point.
+    file[twentieth + 30] ^= 0x5a;
+    std::fs::write(&path, &file).unwrap();
+    let err = LogStore::open(dir.path(), small(1 << 30)).err().unwrap();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("seg-0000000000.log at byte {twentieth}"))
+            && msg.contains("whole batches follow"),
+        "{msg}"
+    );
+    let named: u64 = msg
+        .split(" tasks: ")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(named > 100, "names the tasks after the damage: {msg}");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        file.len() as u64,
+        "nothing was cut"
+    );
+}
+
+/// After a clean close nothing can be torn: a shorter last segment is damage.
+#[test]
+fn a_log_closed_cleanly_refuses_a_cut_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = LogStore::open(dir.path(), small(1 << 20)).unwrap();
+        for i in 0..5 {
+            let mut st = TaskState::new(&format!("t{i}"), 1);
+            st.version = 1;
+            block_on(crate::store::conformance::commit(&store, &st, &[], None)).unwrap();
+        }
+    }
+    assert!(files::closed_path(dir.path()).exists(), "closed cleanly");
+    let path = files::segment_path(dir.path(), 0);
+    let len = std::fs::metadata(&path).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(len - 10).unwrap();
+    drop(f);
+    let err = LogStore::open(dir.path(), small(1 << 20)).err().unwrap();
+    assert!(
+        err.to_string().contains("closed cleanly")
+            && err.to_string().contains("seg-0000000000.log"),
+        "{err}"
+    );
+    // As after a crash (no clean close), the cut batch is a torn write and is cut off.
+    files::remove_closed(dir.path()).unwrap();
+    let store = LogStore::open(dir.path(), small(1 << 20)).unwrap();
+    assert_eq!(block_on(store.task_count()).unwrap(), 4);
+}
+
+/// Snapshots of the first format (one compressed chain, whole tasks with their subtasks) are
+/// read, and replaced by one of the current format at the next rotation.
+#[test]
+fn a_snapshot_of_the_first_format_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut st = TaskState::new("old", 1);
+    st.version = 3;
+    st.loop_count = 2;
+    let mut file = files::MAGIC_V1.to_vec();
+    let mut history = files::History::default();
+    let mut buf = Vec::new();
+    files::frame(
+        &mut buf,
+        &Record::Task {
+            state: Box::new(st.clone()),
+            audit: VecDeque::new(),
+            subtasks: vec!["old/sub".into()],
+        },
+    )
+    .unwrap();
+    files::frame(&mut buf, &Record::End { tasks: 1 }).unwrap();
+    files::encode_batch(&mut history, &buf, &mut file).unwrap();
+    std::fs::write(files::snapshot_path(dir.path(), 4), &file).unwrap();
+    let store = LogStore::open(dir.path(), small(256)).unwrap();
+    assert_eq!(block_on(store.load("old")).unwrap(), Some(st.clone()));
+    assert_eq!(
+        block_on(store.root_of("old/sub")).unwrap().as_deref(),
+        Some("old")
+    );
+    // Commits rotate the tiny segment: a snapshot of the current format replaces it.
+    for v in 4..40 {
+        st.version = v;
+        block_on(crate::store::conformance::commit(&store, &st, &[], None)).unwrap();
+    }
+    drop(store);
+    let newest = *files::list(dir.path()).unwrap().snapshots.last().unwrap();
+    assert!(newest > 4);
+    assert_eq!(
+        snapshot_layout(&files::snapshot_path(dir.path(), newest)).unwrap(),
+        Layout::Blocks
+    );
+    let store = LogStore::open(dir.path(), small(256)).unwrap();
+    assert_eq!(
+        block_on(store.load("old")).unwrap().map(|s| s.version),
+        Some(39)
+    );
+    assert_eq!(
+        block_on(store.root_of("old/sub")).unwrap().as_deref(),
+        Some("old")
+    );
+}
+
+/// A task deleted after it wrote most of the log is not replayed at the next start: once most
+/// of what the segments hold is dead, a snapshot without it replaces them.
+#[test]
+fn a_deleted_task_leaves_nothing_to_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    block_on(async {
+        let store = LogStore::open(dir.path(), LogOptions::default()).unwrap();
+        let mut st = TaskState::new("big", 1);
+        for v in 1..=1200u64 {
+            st.version = v;
+            // A new goal each time: ~1.5 KB per record, 1.8 MB in all.
+            st.goal = Some(format!("{v} {}", "g".repeat(1500)));
+            // Each commit links a new subtask: a root with many subtasks.
+            let sub = format!("big/sub-{v}");
+            crate::store::conformance::commit(&store, &st, &[], Some((&sub, "big")))
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.subtask_count("big").await.unwrap(), 1200);
+        let opened = store.begin("big", None).await.unwrap();
+        assert!(opened.txn.delete().await.unwrap());
+        // One more commit lets the writer see the dead records and rotate.
+        let other = TaskState::new("other", 1);
+        crate::store::conformance::commit(&store, &other, &[], None)
+            .await
+            .unwrap();
+        for _ in 0..200 {
+            if store
+                .stats()
+                .snapshots
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0
+                && !store.inner().snapshotting
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            store
+                .stats()
+                .snapshots
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "the dead records were compacted away"
+        );
+    });
+    let listing = files::list(dir.path()).unwrap();
+    assert_eq!(listing.segments, [1], "the old segment is gone");
+    let size = std::fs::metadata(files::segment_path(dir.path(), 1))
+        .unwrap()
+        .len();
+    assert!(
+        size < 4096,
+        "nothing of the deleted task left to replay ({size} bytes)"
+    );
+    let store = LogStore::open(dir.path(), LogOptions::default()).unwrap();
+    assert_eq!(block_on(store.task_count()).unwrap(), 1);
+    assert_eq!(block_on(store.root_of("big/sub-7")).unwrap(), None);
 }

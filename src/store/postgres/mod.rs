@@ -787,6 +787,20 @@ impl Store for PostgresStore {
         })
     }
 
+    fn subtask_count<'a>(&'a self, root: &'a str) -> StoreFuture<'a, usize> {
+        Box::pin(async move {
+            let n: i64 = self
+                .db
+                .run(|| {
+                    sqlx::query_scalar("SELECT count(*) FROM loopguard_links WHERE root = $1")
+                        .bind(root)
+                        .fetch_one(self.db.pool())
+                })
+                .await?;
+            Ok(n as usize)
+        })
+    }
+
     fn flush(&self) -> StoreFuture<'_> {
         // Every commit was durable when it returned.
         Box::pin(std::future::ready(Ok(())))

@@ -86,6 +86,36 @@ class LocalServer:
                 + "".join(self.stderr[-20:])
             )
         self.url = line[len(prefix) :]
+        self._wait_open()
+
+    def _wait_open(self, timeout: float = 300.0) -> None:
+        """Wait until the store is open: the server listens at once and answers 503
+        ``starting`` while it replays its task log (``/readyz`` says so)."""
+        import json
+        import time
+        import urllib.error
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    "loopguard serve exited while opening its store:\n" + "".join(self.stderr[-20:])
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=5) as r:
+                    body = r.read()
+            except urllib.error.HTTPError as e:
+                body = e.read()
+            except OSError:
+                body = b""
+            try:
+                if body and json.loads(body).get("status") != "starting":
+                    return
+            except ValueError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("loopguard serve did not open its store in time")
 
     @classmethod
     def from_checkout(
