@@ -13,7 +13,7 @@
 # the full reports (JSON and Markdown, with excerpts of the runs, which stay out of the
 # repository) go to $RULES_OUT, a temporary directory by default.
 #
-# About 25 minutes on 2 cores (most of it embedding the runs' texts once per set and judge).
+# About 8 minutes on 2 cores (466 s on 2026-11-26; most of it the SWE-agent set and its controls, twice).
 # LOOPGUARD_* environment variables are ignored, so the result depends on the data only.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -719,7 +719,11 @@ async fn livez_answers_while_the_log_replays() {
             .json()
             .await
             .unwrap();
-        assert_eq!(ready["status"], "starting", "{ready}");
+        // The replay may end between the two requests: then the store says so.
+        assert!(
+            ready["status"] == "starting" || ready["store"] == "open",
+            "{ready}"
+        );
         starting += 1;
         assert!(started.elapsed() < std::time::Duration::from_secs(120));
     }

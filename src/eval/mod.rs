@@ -353,6 +353,10 @@ fn choose(candidates: &[(Metrics, usize)]) -> usize {
     best
 }
 
+/// The judge a sweep point runs with, and the test judge behind it when there is one (to count
+/// the questions it was asked).
+type PointJudge = (Option<Arc<dyn Judge>>, Option<Arc<judge::AlwaysJudge>>);
+
 /// Replay the labelled runs and the controls at every sweep point and measure. Call from outside
 /// an async runtime.
 pub fn evaluate(
@@ -402,10 +406,7 @@ pub fn evaluate(
     let mut total_calls: Option<u64> = None;
     let mut replayed: Vec<PointRuns> = Vec::with_capacity(points.len());
     // A judge for a point: the test judge (with its counter) or the configured one.
-    let judge_for = |config: &Config| -> Result<
-        (Option<Arc<dyn Judge>>, Option<Arc<judge::AlwaysJudge>>),
-        EvalError,
-    > {
+    let judge_for = |config: &Config| -> Result<PointJudge, EvalError> {
         Ok(match opts.judge {
             JudgeMode::Always(v) => {
                 let j = Arc::new(judge::AlwaysJudge::new(v));

@@ -136,7 +136,7 @@ impl Metrics {
         let loops = Family::<KindLabels, Counter>::default();
         registry.register(
             "loops_detected",
-            "Loops detected, by kind and whether they moved the loop counter",
+            "Loops detected, by kind, the rule that found them and whether they moved the loop counter",
             loops.clone(),
         );
         let gates = Counter::default();

@@ -388,7 +388,7 @@ async fn metrics_count_requests_verdicts_and_pivots() {
         "loopguard_http_requests_total{route=\"/v1/evaluate\",status=\"200\"} 3",
         "loopguard_verdicts_total{kind=\"exact_repeat\",action=\"pivot\"} 1",
         "loopguard_pivots_issued_total 1",
-        "loopguard_loops_detected_total{kind=\"exact_repeat\",counted=\"true\"} 2",
+        "loopguard_loops_detected_total{kind=\"exact_repeat\",rule=\"repeat.failure\",counted=\"true\"} 2",
         "loopguard_evaluate_phase_duration_seconds_bucket{le=",
         "loopguard_embedding_cache_hits_total",
         "loopguard_model_ready 1",
