@@ -592,4 +592,6 @@ pub async fn shutdown_signal() {
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_contract;
+#[cfg(test)]
 mod tests_dashboard;

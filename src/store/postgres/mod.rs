@@ -20,9 +20,12 @@
 
 mod feedback;
 mod loops;
+mod migrate;
 
 pub use feedback::PgFeedback;
 pub use loops::PgLoops;
+pub use migrate::schema_version;
+use migrate::*;
 
 use super::{durable_now, Durable, Opened, Store, StoreError, StoreFuture, TaskTxn};
 use crate::audit::AuditRecord;
@@ -35,16 +38,6 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-
-/// The migrations, in order. Applied ones must never change (their checksums are recorded).
-const MIGRATIONS: [(i64, &str, &str); 2] = [
-    (1, "tasks", include_str!("migrations/0001_tasks.sql")),
-    (
-        2,
-        "loop memory",
-        include_str!("migrations/0002_loop_memory.sql"),
-    ),
-];
 
 /// Connections of the loop memory's and feedback's pool, beside `server.database_max_connections`.
 pub const AUX_CONNECTIONS: u32 = 4;
@@ -81,50 +74,6 @@ impl PgOptions {
                 .max(Duration::from_secs(30)),
         })
     }
-}
-
-/// The migrations as sqlx's migrator reads them.
-#[derive(Debug)]
-struct Embedded;
-
-impl<'s> MigrationSource<'s> for Embedded {
-    fn resolve(
-        self,
-    ) -> futures_util::future::BoxFuture<'s, Result<Vec<Migration>, sqlx::error::BoxDynError>> {
-        Box::pin(async {
-            Ok(MIGRATIONS
-                .iter()
-                .map(|(version, name, sql)| {
-                    Migration::new(
-                        *version,
-                        Cow::Borrowed(*name),
-                        MigrationType::Simple,
-                        Cow::Borrowed(*sql),
-                        false,
-                    )
-                })
-                .collect())
-        })
-    }
-}
-
-/// Why migrating failed: worth retrying (the database cannot be reached), or not.
-enum Migrate {
-    Retry(StoreError),
-    Fatal(StoreError),
-}
-
-impl Migrate {
-    fn error(self) -> StoreError {
-        match self {
-            Migrate::Retry(e) | Migrate::Fatal(e) => e,
-        }
-    }
-}
-
-/// The newest schema version this build knows.
-pub fn schema_version() -> i64 {
-    MIGRATIONS.last().map_or(0, |m| m.0)
 }
 
 /// One process's connection to the database: the pool, and whether the database is usable.
@@ -816,22 +765,4 @@ impl Store for PostgresStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lock_keys_are_stable() {
-        // Replicas of different builds must agree on a task's lock.
-        assert_eq!(lock_key(""), 0x811c_9dc5_u32 as i32);
-        assert_eq!(lock_key("a"), 0xe40c_292c_u32 as i32);
-        assert_ne!(lock_key("task-1"), lock_key("task-2"));
-    }
-
-    #[test]
-    fn migrations_are_numbered_in_order() {
-        for (i, (v, _, _)) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(*v, i as i64 + 1);
-        }
-        assert_eq!(schema_version(), MIGRATIONS.len() as i64);
-    }
-}
+mod tests;
