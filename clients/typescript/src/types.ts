@@ -206,6 +206,8 @@ export interface Verdict {
   signature?: SignatureView | null;
   action: Action;
   reason: string;
+  /** Id of the detection rule that found the loop (`loopguard rules` lists them); null when no loop. */
+  rule?: string | null;
   judge?: JudgeReport | null;
   pivot_count: number;
   status: TaskStatus;
@@ -250,6 +252,8 @@ export interface VerdictItem {
   action: string;
   loop_count: number;
   reason: string;
+  /** The detection rule behind the verdict, when one was. */
+  rule?: string | null;
 }
 
 /** A task's state: status, loop counter, pivots, window, last verdicts. */

@@ -58,6 +58,8 @@ describe("the client against a real server", () => {
     assert.deepEqual(v.map((x) => x.loop_count), [0, 1, 2, 3]);
     const second = v[1]!;
     assert.equal(second.kind, "semantic_repeat", second.reason);
+    assert.equal(second.rule, "repeat.failure");
+    assert.equal(v[0]!.rule ?? null, null);
     assert.ok(second.similarity! >= 0.86 && second.similarity! < 1);
     assert.equal(second.matched?.seq, 1);
     assert.equal(second.signature?.error_type, "runtime");
