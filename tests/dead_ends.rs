@@ -10,14 +10,6 @@ use loopguard::verdict::LoopKind;
 use loopguard::Config;
 use serde_json::json;
 
-fn first_loop(vs: &[loopguard::Verdict]) -> Option<usize> {
-    vs.iter().position(|v| v.is_loop)
-}
-
-fn bash(command: &str, output: &str, is_error: bool) -> loopguard::Envelope {
-    call_with("t", "bash", json!({ "command": command }), output, is_error)
-}
-
 fn edit(file: &str, lines: &str, code: &str) -> loopguard::Envelope {
     call_with(
         "t",

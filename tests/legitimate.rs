@@ -9,12 +9,9 @@ use common::*;
 use loopguard::Config;
 use serde_json::json;
 
-fn first_loop(vs: &[loopguard::Verdict]) -> Option<usize> {
-    vs.iter().position(|v| v.is_loop)
-}
-
-fn bash(command: &str, output: &str) -> loopguard::Envelope {
-    call_with("t", "bash", json!({ "command": command }), output, false)
+/// A bash call that succeeded.
+fn ok(command: &str, output: &str) -> loopguard::Envelope {
+    bash(command, output, false)
 }
 
 fn quiet(vs: &[loopguard::Verdict]) {
@@ -39,15 +36,15 @@ async fn a_line_every_command_prints_is_context_not_the_same_error() {
     let vs = feed(
         &e,
         vec![
-            bash("ls src", &with("app.py\ncli.py\nio.py")),
-            bash("python reproduce.py", &with("Traceback (most recent call last):\n  File \"reproduce.py\", line 3, in <module>\n    load('x')\nKeyError: 'x'")),
-            bash("sed -n 1,40p src/io.py", &with("def load(name):\n    return TABLE[name]")),
-            bash("sed -i 's/TABLE\\[name\\]/TABLE.get(name)/' src/io.py", &with("")),
-            bash("python reproduce.py", &with("loaded: None")),
-            bash("python -m pytest tests/test_io.py -q", &with("5 passed in 0.31s")),
-            bash("python -m pytest tests/test_cli.py -q", &with("3 passed in 0.20s")),
-            bash("python -m pytest tests/test_app.py -q", &with("7 passed in 0.52s")),
-            bash("git diff --stat", &with(" src/io.py | 2 +-\n 1 file changed")),
+            ok("ls src", &with("app.py\ncli.py\nio.py")),
+            ok("python reproduce.py", &with("Traceback (most recent call last):\n  File \"reproduce.py\", line 3, in <module>\n    load('x')\nKeyError: 'x'")),
+            ok("sed -n 1,40p src/io.py", &with("def load(name):\n    return TABLE[name]")),
+            ok("sed -i 's/TABLE\\[name\\]/TABLE.get(name)/' src/io.py", &with("")),
+            ok("python reproduce.py", &with("loaded: None")),
+            ok("python -m pytest tests/test_io.py -q", &with("5 passed in 0.31s")),
+            ok("python -m pytest tests/test_cli.py -q", &with("3 passed in 0.20s")),
+            ok("python -m pytest tests/test_app.py -q", &with("7 passed in 0.52s")),
+            ok("git diff --stat", &with(" src/io.py | 2 +-\n 1 file changed")),
         ],
     )
     .await;
@@ -61,11 +58,11 @@ async fn the_same_error_after_the_same_attempt_is_still_a_loop_under_a_banner() 
     let vs = feed(
         &e,
         vec![
-            bash("ls src", &format!("{BANNER}\napp.py")),
-            bash("cat setup.cfg", &format!("{BANNER}\n[metadata]")),
-            bash("python reproduce.py", &fail),
-            bash("python3 reproduce.py", &fail),
-            bash("cd /repo && python reproduce.py", &fail),
+            ok("ls src", &format!("{BANNER}\napp.py")),
+            ok("cat setup.cfg", &format!("{BANNER}\n[metadata]")),
+            ok("python reproduce.py", &fail),
+            ok("python3 reproduce.py", &fail),
+            ok("cd /repo && python reproduce.py", &fail),
         ],
     )
     .await;
@@ -83,13 +80,13 @@ async fn a_check_run_with_without_and_with_a_change_again_is_verification() {
     let vs = feed(
         &e,
         vec![
-            bash("sed -i 's/a - b/a + b/' src/a.py", ""),
-            bash("python -m pytest tests/test_a.py -q", passing),
-            bash(
+            ok("sed -i 's/a - b/a + b/' src/a.py", ""),
+            ok("python -m pytest tests/test_a.py -q", passing),
+            ok(
                 "git stash && python -m pytest tests/test_a.py -q; git stash pop",
                 &stashed,
             ),
-            bash("python -m pytest tests/test_a.py -q", passing),
+            ok("python -m pytest tests/test_a.py -q", passing),
         ],
     )
     .await;
@@ -99,19 +96,19 @@ async fn a_check_run_with_without_and_with_a_change_again_is_verification() {
     let vs = feed(
         &e,
         vec![
-            bash("python -m pytest tests/test_a.py -q", failing),
-            bash("sed -i 's/a - b/a + b/' src/a.py", ""),
-            bash("python -m pytest tests/test_a.py -q", passing),
-            bash(
+            ok("python -m pytest tests/test_a.py -q", failing),
+            ok("sed -i 's/a - b/a + b/' src/a.py", ""),
+            ok("python -m pytest tests/test_a.py -q", passing),
+            ok(
                 "git stash",
                 "Saved working directory and index state WIP on main: 1a2b3c4 Fix add",
             ),
-            bash("python -m pytest tests/test_a.py -q", failing),
-            bash(
+            ok("python -m pytest tests/test_a.py -q", failing),
+            ok(
                 "git stash pop",
                 "On branch main\nChanges not staged for commit:\n\tmodified:   src/a.py",
             ),
-            bash("python -m pytest tests/test_a.py -q", passing),
+            ok("python -m pytest tests/test_a.py -q", passing),
         ],
     )
     .await;
@@ -128,19 +125,19 @@ async fn checks_rerun_with_different_selections_are_different_work() {
     let vs = feed(
         &e,
         vec![
-            bash(
+            ok(
                 "python -m pytest tests/test_io.py -k read -v",
                 &selected("read"),
             ),
-            bash(
+            ok(
                 "python -m pytest tests/test_io.py -k write -v",
                 &selected("write"),
             ),
-            bash(
+            ok(
                 "python -m pytest tests/test_io.py -k append -v",
                 &selected("append"),
             ),
-            bash(
+            ok(
                 "python -m pytest tests/test_io.py -k seek -v",
                 &selected("seek"),
             ),
@@ -154,15 +151,15 @@ async fn checks_rerun_with_different_selections_are_different_work() {
     let vs = feed(
         &e,
         vec![
-            bash(
+            ok(
                 "gcc -c src/util.c -o build/util.o 2>&1 | tee build.log",
                 warn,
             ),
-            bash(
+            ok(
                 "gcc -c src/pad.c -o build/pad.o 2>&1 | tee build.log",
                 &warn.replace("util.c", "pad.c"),
             ),
-            bash(
+            ok(
                 "grep -n error build.log",
                 "5:src/pad.c: error: build failed",
             ),
@@ -178,15 +175,15 @@ async fn experiments_that_each_try_another_option_and_learn_something_are_not_a_
     let vs = feed(
         &e,
         vec![
-            bash(
+            ok(
                 "python -W error::DeprecationWarning reproduce.py",
                 "Traceback (most recent call last):\n  File \"reproduce.py\", line 2, in <module>\n    import legacy\nDeprecationWarning: legacy is deprecated\nValueError: bad config",
             ),
-            bash(
+            ok(
                 "python -X dev reproduce.py",
                 "reproduce.py:2: ResourceWarning: unclosed file <_io.TextIOWrapper name='cfg.ini'>\nValueError: bad config",
             ),
-            bash(
+            ok(
                 "python -X importtime reproduce.py",
                 "import time: self [us] | cumulative | imported package\nimport time:       812 |        812 | legacy\nValueError: bad config",
             ),
@@ -204,8 +201,8 @@ async fn experiments_that_each_try_another_option_and_learn_something_are_not_a_
 async fn an_alternation_that_ends_after_two_turns_is_not_yet_a_loop() {
     let mut cfg = Config::default();
     cfg.detect.cycles.occurrences = 3;
-    let edit = |line: u32| bash(&format!("sed -i '{line}s/x = 1/x = 2/' src/a.py"), "");
-    let show = || bash("sed -n 10,14p src/a.py", "x = 1\ny = 2");
+    let edit = |line: u32| ok(&format!("sed -i '{line}s/x = 1/x = 2/' src/a.py"), "");
+    let show = || ok("sed -n 10,14p src/a.py", "x = 1\ny = 2");
     let vs = feed(
         &engine(cfg.clone()),
         vec![
@@ -214,9 +211,9 @@ async fn an_alternation_that_ends_after_two_turns_is_not_yet_a_loop() {
             edit(12),
             show(),
             // Corrected at once: the line looked up, the edit made at the right one.
-            bash("grep -n 'x = 1' src/a.py", "11:x = 1"),
-            bash("sed -i '11s/x = 1/x = 2/' src/a.py", ""),
-            bash("sed -n 10,14p src/a.py", "x = 2\ny = 2"),
+            ok("grep -n 'x = 1' src/a.py", "11:x = 1"),
+            ok("sed -i '11s/x = 1/x = 2/' src/a.py", ""),
+            ok("sed -n 10,14p src/a.py", "x = 2\ny = 2"),
         ],
     )
     .await;

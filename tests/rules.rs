@@ -8,13 +8,9 @@ mod common;
 use common::*;
 use loopguard::eval::judge::AlwaysJudge;
 use loopguard::judge::JudgeVerdict;
-use loopguard::{Config, Engine, Envelope, Verdict};
+use loopguard::{Config, Engine, Verdict};
 use serde_json::json;
 use std::sync::Arc;
-
-fn bash(command: &str, output: &str, is_error: bool) -> Envelope {
-    call_with("t", "bash", json!({ "command": command }), output, is_error)
-}
 
 /// The first loop verdict, which must name `rule`.
 fn fired(vs: &[Verdict], rule: &str) -> usize {

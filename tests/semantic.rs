@@ -8,10 +8,6 @@ use loopguard::verdict::{ActionType, LoopKind};
 use loopguard::Config;
 use serde_json::json;
 
-fn first_loop(vs: &[loopguard::Verdict]) -> Option<usize> {
-    vs.iter().position(|v| v.is_loop)
-}
-
 /// The first loop verdict is the one for event `index`, and of this kind.
 #[track_caller]
 fn assert_first_loop(vs: &[loopguard::Verdict], index: usize, kind: LoopKind) {

@@ -60,6 +60,16 @@ pub fn call_with(task: &str, tool: &str, args: Value, output: &str, is_error: bo
     )
 }
 
+/// A bash call of task "t" with its output.
+pub fn bash(command: &str, output: &str, is_error: bool) -> Envelope {
+    call_with("t", "bash", json!({ "command": command }), output, is_error)
+}
+
+/// The index of the first loop verdict.
+pub fn first_loop(vs: &[Verdict]) -> Option<usize> {
+    vs.iter().position(|v| v.is_loop)
+}
+
 pub fn response(task: &str, text: &str) -> Envelope {
     ev(task, json!({"type": "response", "text": text}))
 }
