@@ -6,6 +6,7 @@
 
 use crate::audit::AuditEvent;
 use crate::embed::Vector;
+use crate::signature::artifact::{ArtifactChange, ArtifactVersions};
 use crate::signature::{AmbientLines, ErrorType, TestMetrics};
 use crate::verdict::{LoopKind, TaskStatus};
 use serde::{Deserialize, Serialize};
@@ -147,7 +148,16 @@ pub enum EntryBody {
     Collaboration {
         from_agent: String,
         to_agent: String,
+        /// The prose of the request (its artifacts taken out), with the identities of the
+        /// artifacts it names as `ids`: two messages are the same only when those agree.
         sig: TextSig,
+        /// The artifacts it carries and how each changed ([`crate::signature::artifact`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        artifacts: Vec<ArtifactChange>,
+        /// A protocol turn (a short closing or confirming turn: "Finished", "OK"): not a
+        /// request, never the same as anything.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        protocol: bool,
     },
     Transition {
         from: String,
@@ -237,9 +247,13 @@ impl Entry {
         )
     }
 
-    /// A call to a thinking tool.
+    /// A call to a thinking tool, or a protocol turn of a collaboration ("Finished."): no work.
     pub fn is_passive(&self) -> bool {
-        matches!(self.body, EntryBody::ToolCall { passive: true, .. })
+        matches!(
+            self.body,
+            EntryBody::ToolCall { passive: true, .. }
+                | EntryBody::Collaboration { protocol: true, .. }
+        )
     }
 
     pub fn is_same_as(&self, older_seq: u64) -> bool {
@@ -328,6 +342,9 @@ pub struct VerdictSummary {
     /// The detection rule behind the verdict, when one was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
+    /// A collaboration message's artifacts and how each changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<ArtifactChange>,
 }
 
 /// Everything the engine remembers about one root task.
@@ -380,6 +397,9 @@ pub struct TaskState {
     /// Error lines the agent's environment prints whatever the call does: not a call's outcome.
     #[serde(default, skip_serializing_if = "AmbientLines::is_empty")]
     pub ambient: AmbientLines,
+    /// The latest version of each artifact collaboration messages carried.
+    #[serde(default, skip_serializing_if = "ArtifactVersions::is_empty")]
+    pub artifacts: ArtifactVersions,
     pub created_ts: i64,
     pub updated_ts: i64,
 }
@@ -440,6 +460,7 @@ impl TaskState {
             judge_calls: 0,
             streams: BTreeMap::new(),
             ambient: AmbientLines::default(),
+            artifacts: ArtifactVersions::default(),
             created_ts: now,
             updated_ts: now,
         }
@@ -465,6 +486,7 @@ impl TaskState {
         self.failures_since_progress = 0;
         self.cycle = None;
         self.transition_cycle = None;
+        self.artifacts = ArtifactVersions::default();
     }
 
     /// A new event: its sequence number, counted against the budget. `ts` is its time.

@@ -294,6 +294,11 @@ pub struct Verdict {
     /// (cross-task loop memory, docs/MEMORY.md). Absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub similar_loops: Vec<SimilarLoop>,
+    /// A collaboration message: the artifacts it carries (programs, files, documents in fenced
+    /// blocks) and how each changed since its latest version — lines added and removed, and
+    /// where. Absent when it carries none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<crate::signature::artifact::ArtifactChange>,
 }
 
 /// How a task's loop was resolved.

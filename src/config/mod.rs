@@ -220,6 +220,7 @@ pub struct DetectConfig {
     pub dead_ends: DeadEnds,
     pub cycles: Cycles,
     pub responses: Responses,
+    pub collaboration: CollaborationChains,
     pub content: ContentLoops,
     pub steps: Steps,
     pub transitions: Transitions,
@@ -327,6 +328,21 @@ pub struct Cycles {
 #[serde(deny_unknown_fields)]
 pub struct Responses {
     pub window: usize,
+}
+
+/// Collaboration chains (`detect/collaboration.rs`): requests between agents and the artifacts
+/// they carry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollaborationChains {
+    /// A message of at most this many words (markup tags aside) and no artifact is a protocol
+    /// turn ("Finished.", "OK"): not a request, never the same as anything.
+    pub protocol_words: usize,
+    /// Occurrences of one request that make a loop once it was answered (a review round), and
+    /// of one delivery re-sent unanswered with every artifact unchanged.
+    pub occurrences: usize,
+    /// Cosine at which a request that keeps coming back is the same request reworded.
+    pub returning_similarity: f32,
 }
 
 /// Repetition inside one response or one stream (`detect/content.rs`).

@@ -189,18 +189,21 @@ fn comparable(e: &Entry, w: &Entry) -> bool {
         return false;
     }
     match (&e.body, &w.body) {
+        // A protocol turn ("Finished.", "OK") is not a request: it never matches anything.
         (
             EntryBody::Collaboration {
                 from_agent: f1,
                 to_agent: t1,
+                protocol: p1,
                 ..
             },
             EntryBody::Collaboration {
                 from_agent: f2,
                 to_agent: t2,
+                protocol: p2,
                 ..
             },
-        ) => f1 == f2 && t1 == t2,
+        ) => f1 == f2 && t1 == t2 && !p1 && !p2,
         _ => true,
     }
 }

@@ -92,6 +92,7 @@ pub fn grey_band(ctx: &Ctx<'_>) -> Option<Question> {
             result: Some(r), ..
         } => (r.negative || r.outcome.is_some()) && same_dead_end(ctx, r, l.seq),
         EntryBody::ToolCall { result: None, .. } => false,
+        EntryBody::Collaboration { .. } => super::collaboration::grey_would_loop(ctx, l.seq),
         _ => true,
     };
     if !(dead_end && alike >= need && ctx.state.progress_since(l.seq).is_none()) {

@@ -81,9 +81,23 @@ pub static RULES: &[Rule] = &[
     Rule {
         id: "collaboration.same_request",
         kinds: &[K::CollaborationLoop],
-        statement: "agent A asks agent B what it asked before, reworded or not",
-        settings: &["detect.similarity.collaboration", "detect.repeats.collaboration"],
+        statement: "agent A asks agent B what it asked before, reworded or not, with no answer between",
+        settings: &["detect.similarity.collaboration", "detect.repeats.collaboration", "detect.collaboration.protocol_words"],
         check: Check::Loop(collaboration::detect),
+    },
+    Rule {
+        id: "collaboration.resent_artifact",
+        kinds: &[K::CollaborationLoop],
+        statement: "agent A delivers agent B the same artifacts, every one unchanged, again and again with no answer between",
+        settings: &["detect.collaboration.occurrences"],
+        check: Check::Loop(collaboration::resent_artifact),
+    },
+    Rule {
+        id: "collaboration.unchanged_artifact",
+        kinds: &[K::CollaborationLoop],
+        statement: "a request answered each time keeps coming back, at least once with no artifact changed since it was last made",
+        settings: &["detect.collaboration.occurrences", "detect.collaboration.returning_similarity"],
+        check: Check::Loop(collaboration::unchanged_artifact),
     },
     Rule {
         id: "cycle.period",

@@ -61,6 +61,7 @@ impl Scene {
         let seq = self.state.begin_event(0);
         let obs = observe(&self.cfg, &env, seq, 0, &mut self.state.ambient);
         let mut entry = obs.entry;
+        crate::engine::observe::record_artifacts(&mut self.state, &mut entry, &obs.artifacts);
         embed(&mut entry);
         let links = matching::links(&self.cfg.detect, &self.state, &entry);
         entry.same_as = links

@@ -33,6 +33,10 @@ pub(super) fn finish(
         timings,
         ..
     } = pass;
+    let artifacts = match &entry.body {
+        EntryBody::Collaboration { artifacts, .. } => artifacts.clone(),
+        _ => Vec::new(),
+    };
     // An outcome ends a stretch of work rather than being part of it: it is not kept in the
     // window (a reset clears the window anyway). A response chunk is part of a turn not yet
     // finished: a long stream would push the task's work out of the window.
@@ -59,6 +63,7 @@ pub(super) fn finish(
         pivot_count: state.pivot_count,
         status: state.status,
         similar_loops: decision.similar_loops,
+        artifacts,
     };
     let trim = |t: &str| head_tail(t, 500);
     state.remember_verdict(VerdictSummary {
@@ -82,6 +87,7 @@ pub(super) fn finish(
         similarity: verdict.similarity,
         reason: trim(&verdict.reason),
         rule: verdict.rule.clone(),
+        artifacts: verdict.artifacts.clone(),
     });
     let audit = audit
         .into_iter()

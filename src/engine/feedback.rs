@@ -115,6 +115,7 @@ pub fn bare_event(e: &Entry) -> serde_json::Value {
             from_agent,
             to_agent,
             sig,
+            ..
         } => {
             json!({"type": "collaboration", "from_agent": from_agent, "to_agent": to_agent, "request": sig.text})
         }

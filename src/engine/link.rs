@@ -5,7 +5,7 @@
 
 use super::{Engine, EngineError, Pass};
 use crate::detect::matching::{self, Part};
-use crate::state::{EntryBody, TaskState};
+use crate::state::TaskState;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
@@ -75,8 +75,7 @@ impl Engine {
                 .filter(|l| l.same && !l.stale)
                 .map(|l| l.seq)
                 .collect();
-            let passive = matches!(&entry.body, EntryBody::ToolCall { passive: true, .. });
-            entry.novel = entry.is_work() && !passive && entry.same_as.is_empty();
+            entry.novel = entry.is_work() && !entry.is_passive() && entry.same_as.is_empty();
         });
         Ok(())
     }

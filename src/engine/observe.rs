@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::detect::content::{self, ContentRepeat};
 use crate::detect::matching::Part;
 use crate::event::{Envelope, Event};
+use crate::signature::artifact::{self, Artifact};
 use crate::signature::{
     args_text, canonical_json, classify, echo_key, head_tail, is_negative_result,
     is_trivial_result, key64, measured_numbers, normalize, numbers, outcome_in_task, output_text,
@@ -17,6 +18,8 @@ use crate::state::{
     METRICS_FROM_PROGRESS,
 };
 use crate::verdict::SignatureView;
+use regex::Regex;
+use std::sync::LazyLock;
 
 /// Resource ids kept per tool call (the first ones, sorted): a call that names more is
 /// compared on these.
@@ -33,6 +36,9 @@ pub struct Observation {
     pub signature: Option<SignatureView>,
     /// A failure (or failed tool result) outside the agent's control.
     pub external: bool,
+    /// The artifacts a collaboration message carries, for the task's versions
+    /// ([`record_artifacts`]).
+    pub artifacts: Vec<Artifact>,
 }
 
 /// Start an event's pass: number it, note the task's goal and agent, observe it.
@@ -49,11 +55,13 @@ pub(crate) fn begin(
         .into_iter()
         .collect();
     let Observation {
-        entry,
+        mut entry,
         metrics,
         signature,
         external,
+        artifacts,
     } = observe(cfg, env, seq, ts, &mut state.ambient);
+    record_artifacts(state, &mut entry, &artifacts);
     let content = content_of(cfg, state, env, seq);
     Pass {
         seq,
@@ -117,6 +125,61 @@ fn content_of(
     found
 }
 
+/// Compare a collaboration message's artifacts with their versions so far.
+pub(crate) fn record_artifacts(
+    state: &mut crate::state::TaskState,
+    entry: &mut Entry,
+    found: &[Artifact],
+) {
+    if let EntryBody::Collaboration { artifacts, .. } = &mut entry.body {
+        if !found.is_empty() {
+            *artifacts = state.artifacts.record(found, entry.seq);
+        }
+    }
+}
+
+/// A collaboration message as the engine compares it: its prose, the artifacts taken out (a
+/// program re-sent with a one-line change reads as the same text from its head and tail), with
+/// the identities of the artifacts it names as `ids` (two messages carrying other versions of a
+/// file are other messages); and the artifacts themselves. The exact key is the whole message's.
+pub fn collaboration_text(request: &str, max_chars: usize) -> (TextSig, Vec<Artifact>) {
+    let split = artifact::split(request);
+    let mut sig = text_sig(&split.prose, max_chars);
+    sig.exact = key64(request);
+    let mut ids: Vec<String> = split
+        .artifacts
+        .iter()
+        .filter_map(|a| a.name.as_ref().map(|n| format!("{n}#{:016x}", a.hash)))
+        .collect();
+    ids.sort();
+    ids.truncate(MAX_IDS);
+    sig.ids = ids;
+    (sig, split.artifacts)
+}
+
+/// Words of a (normalised) message, markup tags (`<info>`) aside; each character of a script
+/// written without spaces (Chinese, Japanese) counts as one.
+pub fn message_words(text: &str) -> usize {
+    static TAG: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"<[A-Za-z/][^<>]{0,30}>").expect("compiles"));
+    let text = TAG.replace_all(text, " ");
+    let mut words = 0;
+    let mut in_word = false;
+    for c in text.chars() {
+        let unspaced = matches!(c as u32, 0x3040..=0x30ff | 0x3400..=0x4dbf | 0x4e00..=0x9fff | 0xac00..=0xd7af);
+        if unspaced {
+            words += 1;
+            in_word = false;
+        } else if c.is_alphanumeric() {
+            words += usize::from(!in_word);
+            in_word = true;
+        } else {
+            in_word = false;
+        }
+    }
+    words
+}
+
 /// Exact key, normalised key, prepared text and numbers of one text: how the engine compares it.
 pub fn text_sig(exact_text: &str, max_chars: usize) -> TextSig {
     let normalized = normalize(exact_text);
@@ -148,6 +211,9 @@ pub fn compared_text(channel: Channel, part: Part, text: &str, max_chars: usize)
         let mut sig = sig_of(text, &normalized, measured_numbers(&normalized), max_chars);
         sig.template = template_key(text);
         return sig;
+    }
+    if channel == Channel::Collaboration {
+        return collaboration_text(text, max_chars).0;
     }
     let mut sig = text_sig(text, max_chars);
     if channel == Channel::ToolCall && part == Part::Main {
@@ -189,6 +255,7 @@ pub fn observe(
     let mut metrics = None;
     let mut signature = None;
     let mut external = false;
+    let mut artifacts = Vec::new();
     let body = match &env.event {
         Event::Failure(f) => {
             let s = FailureSignature::of(f);
@@ -271,17 +338,22 @@ pub fn observe(
             EntryBody::Response { sha256: sha, sig }
         }
         Event::Collaboration(c) => {
-            let sig = text_sig(&c.request, max);
+            let (sig, found) = collaboration_text(&c.request, max);
             signature = Some(SignatureView {
                 error_type: None,
                 location: None,
                 normalized: sig.text.clone(),
                 hash: sha256_hex(&normalize(&c.request)),
             });
+            let protocol = found.is_empty()
+                && message_words(&sig.text) <= cfg.detect.collaboration.protocol_words;
+            artifacts = found;
             EntryBody::Collaboration {
                 from_agent: c.from_agent.clone(),
                 to_agent: c.to_agent.clone(),
                 sig,
+                artifacts: Vec::new(),
+                protocol,
             }
         }
         Event::Transition(t) => EntryBody::Transition {
@@ -316,5 +388,6 @@ pub fn observe(
         }),
         signature,
         external,
+        artifacts,
     }
 }

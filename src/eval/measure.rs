@@ -213,6 +213,10 @@ pub struct RunRecord {
     pub kind: Option<String>,
     pub reworded: Option<bool>,
     pub confidence: Option<String>,
+    /// The workflow phase (the envelope's `step`) of the event at `first_loop_converted` for a
+    /// loop run, of the event flagged for a `no_loop` run: where the loop or the alarm is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fold: Option<usize>,
     /// The sweep point the run was measured at (cross-validation), when there is a sweep.
@@ -244,6 +248,11 @@ impl RunRecord {
             (true, Some(f), Some(flc)) => Some(f as i64 - flc as i64),
             _ => None,
         };
+        let at = if run.label {
+            run.first_loop_converted
+        } else {
+            first
+        };
         RunRecord {
             id: run.run.id.clone(),
             line: run.line,
@@ -251,6 +260,9 @@ impl RunRecord {
             kind: run.kind.clone(),
             reworded: run.reworded,
             confidence: run.confidence.clone(),
+            step: at
+                .and_then(|i| run.run.events.get(i))
+                .and_then(|e| e.step.clone()),
             fold,
             point,
             outcome,
@@ -311,6 +323,13 @@ pub struct Breakdown {
     /// `caught / loops`.
     pub recall: Option<f64>,
     pub on_time_rate: Option<f64>,
+    /// `no_loop` runs flagged there (the breakdown by phase: where each alarm fired).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub false_alarms: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Runs flagged first by one verdict kind: how many were loops.
@@ -347,6 +366,10 @@ pub struct Metrics {
     pub judge: JudgeLoad,
     pub by_kind: Vec<Breakdown>,
     pub by_reworded: Vec<Breakdown>,
+    /// By workflow phase (the envelope's `step`), when the runs give one: loops by the phase of
+    /// their labelled point, false alarms by the phase of the event flagged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_step: Vec<Breakdown>,
     pub fired_kinds: Vec<FiredKind>,
 }
 
@@ -360,6 +383,7 @@ impl Metrics {
         let mut c = Confusion::default();
         let mut by_kind: BTreeMap<String, Breakdown> = BTreeMap::new();
         let mut by_reworded: BTreeMap<String, Breakdown> = BTreeMap::new();
+        let mut by_step: BTreeMap<String, Breakdown> = BTreeMap::new();
         let mut fired: BTreeMap<String, FiredKind> = BTreeMap::new();
         let mut delays = Vec::new();
         let (mut early_far, mut reworded_loops, mut reworded_on_time) = (0, 0, 0);
@@ -377,6 +401,9 @@ impl Metrics {
                 k.loops += usize::from(loop_run);
                 k.false_alarms += usize::from(!loop_run);
             }
+            if let (Some(step), Outcome::FalseAlarm) = (&r.step, r.outcome) {
+                by_step.entry(step.clone()).or_default().false_alarms += 1;
+            }
             if !loop_run {
                 continue;
             }
@@ -392,13 +419,17 @@ impl Metrics {
                 Some(false) => "not reworded",
                 None => "(not given)",
             };
-            for (map, key) in [
+            let mut breakdowns = vec![
                 (
                     &mut by_kind,
                     r.kind.clone().unwrap_or_else(|| "(not given)".into()),
                 ),
                 (&mut by_reworded, rew.to_string()),
-            ] {
+            ];
+            if let Some(step) = &r.step {
+                breakdowns.push((&mut by_step, step.clone()));
+            }
+            for (map, key) in breakdowns {
                 let b = map.entry(key).or_default();
                 b.loops += 1;
                 b.caught += usize::from(r.fired.is_some());
@@ -437,6 +468,7 @@ impl Metrics {
             judge: JudgeLoad::of(replays.iter().copied()),
             by_kind: finish(by_kind),
             by_reworded: finish(by_reworded),
+            by_step: finish(by_step),
             fired_kinds: fired
                 .into_iter()
                 .map(|(kind, mut f)| {

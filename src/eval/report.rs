@@ -165,6 +165,32 @@ fn metrics_section(m: &Metrics) -> String {
     s.push_str(&breakdown("kind", &m.by_kind));
     s.push('\n');
     s.push_str(&breakdown("rewording", &m.by_reworded));
+    if !m.by_step.is_empty() {
+        s.push_str("\nBy phase (the envelope's `step`): loops where the labeller saw them, false alarms where they fired.\n\n");
+        let mut t = Table::new(&[
+            "phase",
+            "loops",
+            "caught",
+            "on time",
+            "early",
+            "late",
+            "missed",
+            "false alarms",
+        ]);
+        for b in &m.by_step {
+            t.row(vec![
+                format!("`{}`", b.value),
+                b.loops.to_string(),
+                b.caught.to_string(),
+                b.on_time.to_string(),
+                b.early.to_string(),
+                b.late.to_string(),
+                b.missed.to_string(),
+                b.false_alarms.to_string(),
+            ]);
+        }
+        s.push_str(&t.render());
+    }
     if !m.fired_kinds.is_empty() {
         s.push_str("\nThe verdict kind that fired first, per flagged run:\n\n");
         let mut t = Table::new(&[

@@ -25,6 +25,7 @@ fn verdict(seq: u64, kind: LoopKind, reason: &str) -> Verdict {
         pivot_count: 0,
         status: TaskStatus::Active,
         similar_loops: Vec::new(),
+        artifacts: Vec::new(),
     }
 }
 

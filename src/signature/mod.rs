@@ -9,6 +9,7 @@
 //!   similar texts are *not* the same (a page further on, a job further along, fewer tests failing).
 //! - [`TestMetrics::extract`] reads test summaries (pytest, cargo, jest, plain "N tests failing").
 
+pub mod artifact;
 mod echo;
 mod normalize;
 mod outcome;

@@ -178,6 +178,8 @@ fn calibration_measures_the_engines_own_rule() {
                 from_agent: "a".into(),
                 to_agent: "b".into(),
                 sig,
+                artifacts: Vec::new(),
+                protocol: false,
             },
             _ => EntryBody::Response {
                 sha256: String::new(),

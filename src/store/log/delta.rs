@@ -4,6 +4,7 @@
 //! pushed. A busy task's state is ~9 KB of JSON; one event's delta is a few hundred bytes plus
 //! the new window entry.
 
+use crate::signature::artifact::ArtifactVersions;
 use crate::signature::AmbientLine;
 use crate::state::{
     Entry, EntryBody, MetricsObs, PeriodicRun, ProgressMark, StreamTail, TaskState, VerdictSummary,
@@ -203,6 +204,9 @@ pub struct StateDelta {
     pub ambient_set: Vec<AmbientLine>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ambient_gone: Vec<u64>,
+    /// The artifact versions, whole, when one changed.
+    #[serde(default, skip_serializing_if = "Field::is_same")]
+    pub artifacts: Field<ArtifactVersions>,
     pub created_ts: i64,
     pub updated_ts: i64,
 }
@@ -238,6 +242,7 @@ impl StateDelta {
             judge_calls,
             streams,
             ambient,
+            artifacts,
             created_ts,
             updated_ts,
         } = next;
@@ -285,6 +290,7 @@ impl StateDelta {
                 .collect(),
             ambient_set,
             ambient_gone,
+            artifacts: Field::between(&prev.artifacts, artifacts),
             created_ts: *created_ts,
             updated_ts: *updated_ts,
         }
@@ -338,6 +344,7 @@ impl StateDelta {
         }
         to.streams.extend(self.streams_set);
         to.ambient.apply(self.ambient_set, &self.ambient_gone);
+        self.artifacts.apply(&mut to.artifacts);
         to.created_ts = self.created_ts;
         to.updated_ts = self.updated_ts;
         Ok(())
