@@ -517,6 +517,12 @@ fn verdict_html(v: &Verdict, run: usize, matched_index: Option<usize>) -> String
             escape(&cut(&m.text))
         );
     }
+    if !v.artifacts.is_empty() {
+        // What each artifact the message carries did since its latest version: the progress (or
+        // its absence) a collaboration verdict rests on.
+        let changes: Vec<String> = v.artifacts.iter().map(|a| escape(&a.describe())).collect();
+        let _ = write!(s, "<div class=\"artifacts\">{}</div>", changes.join(" · "));
+    }
     let _ = write!(s, "<div class=\"reason\">{}</div>", escape(&v.reason));
     if let Some(msg) = &v.action.message {
         let _ = write!(
@@ -626,6 +632,7 @@ tr.ev:target td{background:#e8f0fe}
 .matched pre{color:#475467;max-height:6em;overflow:auto}
 .reason{margin-top:5px;font-size:12px;color:var(--muted)}
 .rule{font-family:ui-monospace,monospace;font-size:11px;color:var(--muted)}
+.artifacts{font-family:ui-monospace,monospace;font-size:11px;color:var(--muted);margin-top:2px}
 details.more summary{font-size:12px;color:var(--accent);cursor:pointer}
 footer{max-width:1500px;margin:0 auto;padding:0 24px 24px;color:var(--muted);font-size:13px}
 footer h2{color:var(--ink);font-size:14px}

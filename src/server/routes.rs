@@ -204,6 +204,10 @@ pub struct VerdictItem {
     pub reason: String,
     /// The detection rule behind the verdict (`loopguard rules` lists them), when one was.
     pub rule: Option<String>,
+    /// A collaboration message: the artifacts it carried and how each changed (lines added and
+    /// removed, and where). Absent when it carried none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<loopguard::signature::artifact::ArtifactChange>,
 }
 
 impl From<&loopguard::state::VerdictSummary> for VerdictItem {
@@ -229,6 +233,7 @@ impl From<&loopguard::state::VerdictSummary> for VerdictItem {
             loop_count: v.loop_count,
             reason: v.reason.clone(),
             rule: v.rule.clone(),
+            artifacts: v.artifacts.clone(),
         }
     }
 }

@@ -198,3 +198,38 @@ def test_with_a_token_the_page_asks_for_it_and_sends_it_as_a_bearer_header(
     assert page.evaluate("sessionStorage.getItem('loopguard.token')") is None
     # The refused requests are the only errors (the browser logs each 401).
     p.assert_no_errors(allow=("401",))
+
+
+def review_program(extra: str) -> str:
+    return ("main.py\n```python\nimport tkinter as tk\n\nclass Board:\n    def update_grid(self):\n"
+            f"        self.canvas.delete('all')\n{extra}        self.draw()\n```\n")
+
+
+def test_a_collaboration_verdict_shows_what_changed_in_the_artifact(start_server, new_page):
+    server = start_server()
+    task = "review-board"
+    chain = [
+        ("Programmer", "Code Reviewer", review_program("")),
+        ("Code Reviewer", "Programmer", "<COMMENT> update_grid() never redraws the cells after a "
+                                         "move; call draw_cells() there."),
+        ("Programmer", "Code Reviewer", review_program("        self.draw_cells()\n")),
+    ]
+    verdicts = [server.evaluate({"task_id": task, "agent_id": f, "event": {
+        "type": "collaboration", "from_agent": f, "to_agent": t, "request": r}})
+        for f, t, r in chain]
+    assert verdicts[0]["artifacts"][0]["change"] == "new", verdicts[0]
+    assert verdicts[1].get("artifacts") is None, verdicts[1]
+    changed = verdicts[2]["artifacts"][0]
+    assert (changed["name"], changed["change"], changed["added"], changed["removed"]) == (
+        "main.py", "changed", 1, 0), changed
+
+    p = new_page()
+    page = p.page
+    page.goto(server.base + f"/#task={task}")
+    expect(page.locator(".task-head .tid")).to_have_text(task)
+    expect(page.locator('#timeline li.ev[data-seq="1"] .artifacts')).to_have_text(
+        "main.py: new (5 lines)")
+    expect(page.locator('#timeline li.ev[data-seq="3"] .artifacts')).to_have_text(
+        "main.py: +1 −0 (def update_grid(self))")
+    expect(page.locator('#timeline li.ev[data-seq="2"] .artifacts')).to_have_count(0)
+    p.assert_no_errors()

@@ -65,3 +65,37 @@ def test_the_report_shows_why_a_run_was_flagged(new_page, screenshots, tmp_path)
     # Self-contained: the page asked for nothing but itself.
     assert all(u.startswith(report.as_uri()) for u in requests), requests
     p.assert_no_errors()
+
+
+def test_a_collaboration_verdict_shows_what_changed_in_the_artifact(new_page, tmp_path):
+    def program(extra: str) -> str:
+        return ("main.py\n```python\nimport tkinter as tk\n\nclass Board:\n"
+                "    def update_grid(self):\n        self.canvas.delete('all')\n"
+                f"{extra}        self.draw()\n```\n")
+
+    def say(f: str, t: str, r: str) -> dict:
+        return {"type": "collaboration", "from_agent": f, "to_agent": t, "request": r}
+
+    runs = tmp_path / "chain.jsonl"
+    runs.write_text(json.dumps({"id": "review-chain", "events": [
+        say("Programmer", "Code Reviewer", program("")),
+        say("Code Reviewer", "Programmer", "<COMMENT> update_grid() never redraws the cells."),
+        say("Programmer", "Code Reviewer", program("        self.draw_cells()\n")),
+        say("Code Reviewer", "Programmer", "<COMMENT> update_grid() never redraws the cells."),
+        say("Programmer", "Code Reviewer", program("        self.draw_cells()\n")),
+    ]}) + "\n")
+    report = tmp_path / "report.html"
+    done = subprocess.run(
+        [str(loopguard_bin()), "score", str(runs), "--html", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+
+    p = new_page(width=1280)
+    page = p.page
+    page.goto(report.as_uri())
+    expect(page.locator("#r1-e0 .artifacts")).to_have_text("main.py: new (5 lines)")
+    expect(page.locator("#r1-e2 .artifacts")).to_have_text("main.py: +1 −0 (def update_grid(self))")
+    expect(page.locator("#r1-e4 .artifacts")).to_have_text("main.py: unchanged")
+    expect(page.locator("#r1-e1 .artifacts")).to_have_count(0)
+    p.assert_no_errors()

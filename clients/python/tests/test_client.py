@@ -12,6 +12,7 @@ import loopguard
 from loopguard import (
     AuthenticationError,
     BadRequestError,
+    Collaboration,
     ConflictError,
     Envelope,
     Failure,
@@ -32,6 +33,35 @@ REWORDED = [
 def task(prefix: str) -> str:
     """A task id no other test uses (the server lives for the whole session)."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_a_collaboration_verdict_says_how_the_artifact_changed(
+    client: loopguard.Client,
+) -> None:
+    t = task("review")
+
+    def program(extra: str) -> str:
+        return (
+            "main.py\n```python\nimport tkinter as tk\n\nclass Board:\n"
+            "    def update_grid(self):\n        self.canvas.delete('all')\n"
+            f"{extra}        self.draw()\n```\n"
+        )
+
+    first = client.evaluate(Collaboration("Programmer", "Code Reviewer", program("")), task_id=t)
+    again = client.evaluate(
+        Collaboration("Programmer", "Code Reviewer", program("        self.draw_cells()\n")),
+        task_id=t,
+    )
+    assert [(a.name, a.change, a.lines) for a in first.artifacts] == [("main.py", "new", 5)]
+    (change,) = again.artifacts
+    assert (change.name, change.change, change.added, change.removed) == (
+        "main.py",
+        "changed",
+        1,
+        0,
+    )
+    assert change.named and change.parts == ["def update_grid(self)"]
+    assert len(change.hash) == 16
 
 
 def test_a_reworded_loop_climbs_warn_pivot_pause_and_a_reset_clears_it(

@@ -191,6 +191,29 @@ export interface SimilarLoop {
   resolution?: Resolution | null;
 }
 
+/** What a collaboration message did to an artifact: first seen, the same content as its latest
+ * version, back to an earlier version, or another content. */
+export type ChangeKind = "new" | "unchanged" | "earlier" | "changed";
+
+/** An artifact a collaboration message carried (a program, a file, a document in a fenced
+ * block) and what the message did to it since its latest version. */
+export interface ArtifactChange {
+  /** Its file name, or for an unnamed block the name of the artifact it is a version of. */
+  name?: string | null;
+  /** The message named it. */
+  named?: boolean;
+  /** Hash of its whole content (16 hex digits). */
+  hash: string;
+  /** Its non-blank lines. */
+  lines: number;
+  change: ChangeKind;
+  /** Lines added and removed since its latest version. */
+  added?: number;
+  removed?: number;
+  /** Where lines were added: the enclosing definitions or headings (at most three). */
+  parts?: string[];
+}
+
 /** One event's verdict. */
 export interface Verdict {
   task_id: string;
@@ -212,6 +235,8 @@ export interface Verdict {
   pivot_count: number;
   status: TaskStatus;
   similar_loops?: SimilarLoop[];
+  /** A collaboration message: the artifacts it carried and how each changed. */
+  artifacts?: ArtifactChange[];
 }
 
 /** The body of every 4xx and 5xx answer. */
@@ -254,6 +279,8 @@ export interface VerdictItem {
   reason: string;
   /** The detection rule behind the verdict, when one was. */
   rule?: string | null;
+  /** A collaboration message: the artifacts it carried and how each changed. */
+  artifacts?: ArtifactChange[];
 }
 
 /** A task's state: status, loop counter, pivots, window, last verdicts. */

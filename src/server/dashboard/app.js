@@ -350,9 +350,32 @@ function verdictItem(v, shown, taskId) {
       textEl,
       more,
       matched,
+      artifactsEl(v.artifacts),
       v.reason ? h("div", { class: "reason" }, v.reason) : null,
     ),
   );
+}
+
+// What each artifact a collaboration message carried did since its latest version ("main.py:
+// +3 −1 (def update)"): the progress, or its absence, that a collaboration verdict rests on.
+function artifactsEl(artifacts) {
+  if (!artifacts || artifacts.length === 0) return null;
+  const one = (a) => {
+    const name = a.name || "a code block";
+    switch (a.change) {
+      case "new":
+        return `${name}: new (${a.lines} lines)`;
+      case "unchanged":
+        return `${name}: unchanged`;
+      case "earlier":
+        return `${name}: back to an earlier version`;
+      default: {
+        const parts = a.parts && a.parts.length ? ` (${a.parts.join("; ")})` : "";
+        return `${name}: +${a.added} −${a.removed}${parts}`;
+      }
+    }
+  };
+  return h("div", { class: "artifacts", title: "the artifacts this message carried and how each changed" }, artifacts.map(one).join(" · "));
 }
 
 function renderTask(task, history) {

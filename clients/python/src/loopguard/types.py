@@ -225,13 +225,46 @@ class SimilarLoop:
 
 
 @dataclass(frozen=True)
+class ArtifactChange:
+    """An artifact a collaboration message carried (a program, a file, a document in a fenced
+    block) and what the message did to it since its latest version: ``change`` is ``new``,
+    ``unchanged``, ``earlier`` (back to an earlier version) or ``changed`` (``added`` and
+    ``removed`` lines, ``parts`` where lines were added)."""
+
+    hash: str
+    lines: int
+    change: str
+    added: int = 0
+    removed: int = 0
+    name: Optional[str] = None
+    named: bool = False
+    parts: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "ArtifactChange":
+        d = _obj(d, "an artifact change")
+        parts = d.get("parts")
+        return cls(
+            hash=str(_req(d, "hash", "an artifact change")),
+            lines=int(d.get("lines", 0)),
+            change=str(_req(d, "change", "an artifact change")),
+            added=int(d.get("added", 0)),
+            removed=int(d.get("removed", 0)),
+            name=_opt_str(d.get("name")),
+            named=bool(d.get("named", False)),
+            parts=[str(p) for p in parts] if isinstance(parts, list) else [],
+        )
+
+
+@dataclass(frozen=True)
 class Verdict:
     """One event's verdict: is it a loop, which kind, and what to do next (``action``).
 
     ``seq`` is the event's position in its root task, from 1; ``counted`` says whether it moved
     the loop counter (external failures never do); ``similarity`` and ``matched`` say what it was
     compared with; ``rule`` names the detection rule behind it (``loopguard rules`` lists them);
-    ``similar_loops`` lists loops of other tasks like this one and how they ended.
+    ``similar_loops`` lists loops of other tasks like this one and how they ended;
+    ``artifacts`` says, for a collaboration message, how each artifact it carried changed.
     """
 
     task_id: str
@@ -250,6 +283,7 @@ class Verdict:
     judge: Optional[JudgeReport] = None
     rule: Optional[str] = None
     similar_loops: List[SimilarLoop] = field(default_factory=list)
+    artifacts: List[ArtifactChange] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -265,6 +299,7 @@ class Verdict:
         signature = d.get("signature")
         judge = d.get("judge")
         similar = d.get("similar_loops")
+        artifacts = d.get("artifacts")
         return cls(
             task_id=str(_req(d, "task_id", what)),
             seq=int(_req(d, "seq", what)),
@@ -283,6 +318,9 @@ class Verdict:
             rule=str(d["rule"]) if d.get("rule") is not None else None,
             similar_loops=[SimilarLoop.from_dict(s) for s in similar]
             if isinstance(similar, list)
+            else [],
+            artifacts=[ArtifactChange.from_dict(a) for a in artifacts]
+            if isinstance(artifacts, list)
             else [],
             raw=dict(d),
         )
