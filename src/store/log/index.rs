@@ -1,8 +1,9 @@
 //! What the task log keeps in memory: a small entry per task (its version, last update, where
-//! its state can be read back, its subtasks), the subtask links, and the states of at most
-//! `cached` tasks. Every other task's state is on disk in a page file — the newest snapshot, or
-//! the spill file its state was written to when it left the cache — and is read back when its
-//! task returns. Memory is bounded by the cache, plus the entries (~150 bytes per task).
+//! its state can be read back), the subtask links, and the states of at most `cached` tasks.
+//! Every other task's state is on disk in a page file — the newest snapshot, or the spill file
+//! its state was written to when it left the cache — and is read back when its task returns.
+//! Memory is bounded by the cache, plus the entries (100–200 bytes per task with its id and
+//! the map's spare room; docs/PERFORMANCE.md#bounded-memory-and-subtasks).
 //!
 //! Invariant: a task's current state is in the cache, on its way to the spill file
 //! (`spilling`), or at `Entry::page` (or several of these).
@@ -15,6 +16,7 @@ use crate::store::StoreError;
 use lru::LruCache;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
+use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -46,19 +48,32 @@ impl Task {
 pub struct Loc {
     pub file: u32,
     pub slot: u32,
-    pub block: u64,
+    /// Never 0 (a block follows the file's header), so `Option<Loc>` takes no more room.
+    pub block: NonZeroU64,
 }
 
+impl Loc {
+    pub fn new(file: u32, block: u64, slot: u32) -> Loc {
+        Loc {
+            file,
+            slot,
+            block: NonZeroU64::new(block).expect("a block follows the file's header"),
+        }
+    }
+}
+
+/// A task's entry, kept for every stored task whether its state is in memory or not: what the
+/// store's memory grows by per task once the cache is full, so it is kept small (40 bytes; a
+/// root's subtasks are in `Index::subtasks`, which only roots that have some take room in).
 pub struct Entry {
     pub version: u64,
     pub updated_ts: i64,
     /// Where the state at `version` can be read back; `None` while it is only in memory (and
     /// in the segments' records).
     pub page: Option<Loc>,
-    pub subtasks: Vec<Arc<str>>,
     /// Record bytes appended for the task since the newest snapshot: what deleting it leaves
-    /// dead in the segments.
-    pub logged: u64,
+    /// dead in the segments (saturating: past 4 GiB it only decides a snapshot sooner).
+    pub logged: u32,
 }
 
 /// An open page file: a snapshot, or a spill file (unlinked: it exists only while open).
@@ -85,6 +100,8 @@ pub struct Index {
     pub entries: HashMap<Arc<str>, Entry>,
     /// Subtask → its root task.
     pub links: HashMap<Arc<str>, Arc<str>>,
+    /// Root task → its subtasks (only roots that have some).
+    pub subtasks: HashMap<Arc<str>, Vec<Arc<str>>>,
     pub cache: LruCache<Arc<str>, Task>,
     /// Tasks taken out of the cache whose state is being written to the spill file.
     pub spilling: HashMap<Arc<str>, Task>,
@@ -102,6 +119,7 @@ impl Index {
         Index {
             entries: HashMap::new(),
             links: HashMap::new(),
+            subtasks: HashMap::new(),
             cache: LruCache::unbounded(),
             spilling: HashMap::new(),
             files: HashMap::new(),
@@ -263,12 +281,13 @@ impl Index {
             version,
             updated_ts,
             page: None,
-            subtasks: Vec::new(),
             logged: 0,
         });
         entry.version = version;
         entry.updated_ts = updated_ts;
-        entry.logged += logged;
+        entry.logged = entry
+            .logged
+            .saturating_add(u32::try_from(logged).unwrap_or(u32::MAX));
         self.logged += logged;
         self.set_page(&key, None);
         self.spilling.remove(&key);
@@ -286,15 +305,16 @@ impl Index {
             .get_key_value(task)
             .map(|(k, _)| Arc::clone(k))
             .unwrap_or_else(|| Arc::from(task));
-        self.links.insert(Arc::clone(&task_key), root_key);
-        if let Some(entry) = self.entries.get_mut(root) {
-            entry.subtasks.push(task_key);
+        self.links
+            .insert(Arc::clone(&task_key), Arc::clone(&root_key));
+        if self.entries.contains_key(root) {
+            self.subtasks.entry(root_key).or_default().push(task_key);
         }
     }
 
     /// How many subtasks are linked to `root`.
     pub fn subtask_count(&self, root: &str) -> usize {
-        self.entries.get(root).map_or(0, |e| e.subtasks.len())
+        self.subtasks.get(root).map_or(0, Vec::len)
     }
 
     /// Forget `root`: its entry, state, and its subtasks' links. True if there was anything.
@@ -305,12 +325,12 @@ impl Index {
         };
         self.cache.pop(root);
         self.spilling.remove(root);
-        for sub in &entry.subtasks {
-            if self.links.get(&**sub).is_some_and(|r| &**r == root) {
-                self.links.remove(&**sub);
+        for sub in self.subtasks.remove(root).unwrap_or_default() {
+            if self.links.get(&*sub).is_some_and(|r| &**r == root) {
+                self.links.remove(&*sub);
             }
         }
-        self.dead += entry.logged;
+        self.dead += u64::from(entry.logged);
         true
     }
 
@@ -366,10 +386,10 @@ impl Index {
 /// Read a task's record back from a page file.
 pub fn read_page(at: &OnDisk) -> Result<Task, StoreError> {
     let mut raw = Vec::new();
-    files::read_block(&at.file, &at.path, at.loc.block, &mut raw)?;
+    files::read_block(&at.file, &at.path, at.loc.block.get(), &mut raw)?;
     let damaged = |message: String| StoreError::Damaged {
         file: at.path.display().to_string(),
-        offset: at.loc.block,
+        offset: at.loc.block.get(),
         message,
     };
     let payload = files::record_at(&raw, at.loc.slot).map_err(damaged)?;
@@ -408,11 +428,7 @@ impl PageWriter {
     }
 
     fn loc(&self, file: u32) -> Loc {
-        Loc {
-            file,
-            slot: self.slots,
-            block: self.offset + self.out.len() as u64,
-        }
+        Loc::new(file, self.offset + self.out.len() as u64, self.slots)
     }
 
     /// Add a record (framed) to the block being filled.
@@ -461,5 +477,41 @@ impl PageWriter {
         let out = std::mem::take(&mut self.out);
         self.offset += out.len() as u64;
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry stays for every stored task, its state in memory or not: once the cache is
+    /// full, it is what the store's memory grows by per task.
+    #[test]
+    fn a_task_entry_stays_small() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<Option<Loc>>(), size_of::<Loc>());
+        assert!(size_of::<Entry>() <= 40, "{} bytes", size_of::<Entry>());
+    }
+
+    /// Subtasks are kept by root, apart from the entries: counted once each, and forgotten
+    /// with their root.
+    #[test]
+    fn subtasks_are_counted_and_forgotten_with_their_root() {
+        let task = |root: &str| Task {
+            state: Arc::new(TaskState::new(root, 0)),
+            audit: Arc::default(),
+        };
+        let mut index = Index::new(10);
+        index.commit(task("root"), 10);
+        index.commit(task("other"), 10);
+        for sub in ["sub-0", "sub-1", "sub-2", "sub-0"] {
+            index.link(sub, "root");
+        }
+        assert_eq!(index.subtask_count("root"), 3);
+        assert_eq!(index.subtask_count("other"), 0);
+        assert!(index.delete("root"));
+        assert_eq!(index.subtask_count("root"), 0);
+        assert!(index.links.is_empty() && index.subtasks.is_empty());
+        assert_eq!(index.dead, 10, "what the root logged is dead now");
     }
 }

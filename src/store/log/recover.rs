@@ -190,18 +190,10 @@ pub(super) fn load_snapshot(
                         version,
                         updated_ts,
                         page: None,
-                        subtasks: Vec::new(),
                         logged: 0,
                     },
                 );
-                index.set_page(
-                    &root,
-                    Some(Loc {
-                        file: id,
-                        slot: at.slot,
-                        block: at.batch,
-                    }),
-                );
+                index.set_page(&root, Some(Loc::new(id, at.batch, at.slot)));
                 for sub in subtasks {
                     index.link(&sub, &root);
                 }

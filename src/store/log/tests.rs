@@ -91,9 +91,16 @@ fn snapshot_of(store: &LogStore) -> Vec<(TaskState, Vec<AuditRecord>, Vec<String
         inner
             .index
             .entries
-            .iter()
-            .map(|(r, e)| {
-                let mut subs: Vec<String> = e.subtasks.iter().map(|s| s.to_string()).collect();
+            .keys()
+            .map(|r| {
+                let mut subs: Vec<String> = inner
+                    .index
+                    .subtasks
+                    .get(r)
+                    .into_iter()
+                    .flatten()
+                    .map(|s| s.to_string())
+                    .collect();
                 subs.sort();
                 (r.to_string(), subs)
             })

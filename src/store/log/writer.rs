@@ -75,7 +75,7 @@ impl View {
                 root: Arc::clone(root),
                 version: e.version,
                 updated_ts: e.updated_ts,
-                subtasks: e.subtasks.clone(),
+                subtasks: index.subtasks.get(&**root).cloned().unwrap_or_default(),
                 src,
             });
         }
@@ -338,7 +338,7 @@ pub(super) fn write_snapshot(dir: &Path, n: u64, view: &mut View) -> Result<(), 
     // Memory first, then pages in file order: each block read once.
     view.items.sort_by_key(|i| match i.src {
         Src::Memory(_) => (0, 0, 0, 0),
-        Src::Page(l) => (1, l.file, l.block, l.slot),
+        Src::Page(l) => (1, l.file, l.block.get(), l.slot),
     });
     let path = files::snapshot_path(dir, n);
     let files_of = std::mem::take(&mut view.files);
@@ -361,16 +361,16 @@ pub(super) fn write_snapshot(dir: &Path, n: u64, view: &mut View) -> Result<(), 
                     })?;
                     if block
                         .as_ref()
-                        .is_none_or(|(f, b, _)| (*f, *b) != (at.file, at.block))
+                        .is_none_or(|(f, b, _)| (*f, *b) != (at.file, at.block.get()))
                     {
-                        files::read_block(file, fpath, at.block, &mut raw)?;
-                        block = Some((at.file, at.block, std::mem::take(&mut raw)));
+                        files::read_block(file, fpath, at.block.get(), &mut raw)?;
+                        block = Some((at.file, at.block.get(), std::mem::take(&mut raw)));
                     }
                     let (_, _, bytes) = block.as_ref().expect("just read");
                     let payload =
                         files::record_at(bytes, at.slot).map_err(|m| StoreError::Damaged {
                             file: fpath.display().to_string(),
-                            offset: at.block,
+                            offset: at.block.get(),
                             message: m,
                         })?;
                     pages.push_payload(NEW_SNAPSHOT, payload)
