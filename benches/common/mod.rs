@@ -16,37 +16,60 @@ impl Server {
     /// `loopguard serve` with gate, pivots and budget off, and `extra` settings.
     pub fn start(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let bin = std::env::var_os("LOOPGUARD_BIN")
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_loopguard").into());
-        let mut child = Command::new(bin)
-            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path())
-            // Gate, pivots and budget off: every task stays active however many loops it makes.
-            .args(["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"])
-            .args(["--set", "detect.budget.max_events=0"])
-            .args(extra)
-            .env("LOOPGUARD_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start loopguard serve");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let base = line
-            .trim()
-            .trim_start_matches("loopguard listening on ")
-            .to_string();
-        wait_open(&base);
+        let (child, base, _) = spawn(dir.path(), extra);
         Server { child, base, dir }
     }
 }
 
+/// Start the binary on `dir` (gate, pivots and budget off, then `extra`) and wait until its
+/// store is open: the process, its base URL, and the start's timings.
+fn spawn(dir: &std::path::Path, extra: &[&str]) -> (Child, String, Started) {
+    let bin =
+        std::env::var_os("LOOPGUARD_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_loopguard").into());
+    let started = std::time::Instant::now();
+    let mut child = Command::new(bin)
+        .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        // Gate, pivots and budget off: every task stays active however many loops it makes.
+        .args(["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"])
+        .args(["--set", "detect.budget.max_events=0"])
+        .args(extra)
+        .env("LOOPGUARD_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start loopguard serve");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let listening = started.elapsed();
+    let base = line
+        .trim()
+        .trim_start_matches("loopguard listening on ")
+        .to_string();
+    let starting_answers = wait_open(&base);
+    let timings = Started {
+        listening,
+        open: started.elapsed(),
+        starting_answers,
+    };
+    (child, base, timings)
+}
+
+/// How a start went: from spawning the process to listening, and to its store being open; and
+/// how many `/readyz` probes it answered (503 `starting`) while it replayed its log.
+pub struct Started {
+    pub listening: Duration,
+    pub open: Duration,
+    pub starting_answers: u64,
+}
+
 /// Wait until the server's store is open: it listens at once and answers 503 `starting` while
-/// it replays its log.
-pub fn wait_open(base: &str) {
+/// it replays its log. Returns how many `starting` answers it gave meanwhile.
+pub fn wait_open(base: &str) -> u64 {
     use std::io::{Read, Write};
     let addr = base.trim_start_matches("http://");
+    let mut starting = 0;
     for _ in 0..30_000 {
         let answer = std::net::TcpStream::connect(addr).ok().and_then(|mut s| {
             write!(
@@ -58,8 +81,10 @@ pub fn wait_open(base: &str) {
             s.read_to_string(&mut out).ok()?;
             Some(out)
         });
-        if answer.is_some_and(|a| !a.contains("\"starting\"")) {
-            return;
+        match answer {
+            Some(a) if !a.contains("\"starting\"") => return starting,
+            Some(_) => starting += 1,
+            None => {}
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -79,35 +104,12 @@ impl Server {
         let _ = self.child.wait();
     }
 
-    /// Start the binary again on the same data directory; how long until it listened, and
-    /// until its store was open.
-    pub fn restart(&mut self, extra: &[&str]) -> (Duration, Duration) {
+    /// Start the binary again on the same data directory.
+    pub fn restart(&mut self, extra: &[&str]) -> Started {
         self.terminate();
-        let bin = std::env::var_os("LOOPGUARD_BIN")
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_loopguard").into());
-        let started = std::time::Instant::now();
-        let mut child = Command::new(bin)
-            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
-            .arg(self.dir.path())
-            .args(["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"])
-            .args(["--set", "detect.budget.max_events=0"])
-            .args(extra)
-            .env("LOOPGUARD_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start loopguard serve");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let listening = started.elapsed();
-        self.base = line
-            .trim()
-            .trim_start_matches("loopguard listening on ")
-            .to_string();
-        self.child = child;
-        wait_open(&self.base);
-        (listening, started.elapsed())
+        let (child, base, started) = spawn(self.dir.path(), extra);
+        (self.child, self.base) = (child, base);
+        started
     }
 }
 
@@ -122,6 +124,22 @@ pub fn rss(pid: u32) -> (u64, u64) {
             .map_or(0, |kb| kb * 1024)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Bytes of the files a process holds open that are already deleted: the task log's spill
+/// files, which no directory listing shows.
+pub fn deleted_open_bytes(pid: u32) -> u64 {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy().ends_with(" (deleted)"))
+        })
+        .filter_map(|fd| std::fs::metadata(fd.path()).ok())
+        .map(|m| m.len())
+        .sum()
 }
 
 impl Drop for Server {
