@@ -622,7 +622,24 @@ mod tests {
         let sizes: Vec<usize> = c.iter().map(|c| c.len()).collect();
         assert_eq!(sizes, [3, 2, 1]);
         let c = model_thread::chunks(&texts, 2, 100_000);
-        assert_eq!(c.len(), 3);
+        let sizes: Vec<usize> = c.iter().map(|c| c.len()).collect();
+        // "c" alone: padded to a long text it would cost 50 times its tokens.
+        assert_eq!(sizes, [2, 1, 2, 1]);
+    }
+
+    #[test]
+    fn chunks_do_not_pad_short_texts_to_long_ones() {
+        // A command (~5 tokens), two of ~30 and two outputs of ~160: three calls, whatever the
+        // budget, so no text is padded to more than 5/4 of the call's tokens.
+        let (mid, long) = ("m".repeat(84), "x".repeat(474));
+        let texts: Vec<&str> = vec!["ls -la", &mid, &mid, &long, &long];
+        let c = model_thread::chunks(&texts, 64, 100_000);
+        let sizes: Vec<usize> = c.iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, [1, 2, 2]);
+        // Texts of about one length still share a call.
+        let near: Vec<String> = (0..40).map(|i| "y".repeat(300 + i)).collect();
+        let near: Vec<&str> = near.iter().map(String::as_str).collect();
+        assert_eq!(model_thread::chunks(&near, 64, 100_000).len(), 1);
     }
 
     #[test]

@@ -177,21 +177,35 @@ fn approx_tokens(text: &str) -> usize {
     text.len() / 3 + 2
 }
 
+/// A model call pads every text to the longest in it, and the padding costs as much as real
+/// tokens (more: attention grows with the square of the length). A call ends before its padded
+/// tokens would pass 5/4 of the tokens its texts hold. Without this bound, `score --jobs 8`
+/// padded 10-token commands to the 128 tokens of the tool outputs batched with them and took
+/// more CPU and time than `--jobs 1`; with it, 2.7 times less model time on the SWE-agent dev
+/// runs (docs/PERFORMANCE.md, "Why more `--jobs` was slower").
+const MAX_PADDING: (usize, usize) = (5, 4);
+
 /// Split texts sorted by length into model calls of at most `max_batch` texts and
-/// `max_batch_tokens` padded tokens (every text is padded to the longest in its call).
+/// `max_batch_tokens` padded tokens (every text is padded to the longest in its call), with
+/// padded tokens at most [`MAX_PADDING`] times the real ones.
 pub(super) fn chunks<'a>(
     sorted: &'a [&'a str],
     max_batch: usize,
     max_batch_tokens: usize,
 ) -> Vec<&'a [&'a str]> {
+    let (num, den) = MAX_PADDING;
     let mut out = Vec::new();
     let mut start = 0;
     while start < sorted.len() {
         let mut end = start + 1;
-        while end < sorted.len()
-            && end - start < max_batch
-            && (end - start + 1) * approx_tokens(sorted[end]) <= max_batch_tokens
-        {
+        let mut real = approx_tokens(sorted[start]);
+        while end < sorted.len() && end - start < max_batch {
+            let next = approx_tokens(sorted[end]);
+            let padded = (end - start + 1) * next;
+            if padded > max_batch_tokens || den * padded > num * (real + next) {
+                break;
+            }
+            real += next;
             end += 1;
         }
         out.push(&sorted[start..end]);
