@@ -121,9 +121,16 @@ fn headline(m: &Metrics) -> Table {
     t
 }
 
-fn breakdown(title: &str, rows: &[Breakdown]) -> String {
+/// Loops by `title`'s values; the last column is recall, or for the breakdown by phase the false
+/// alarms that fired there (a phase has alarms as well as loops).
+fn breakdown(title: &str, rows: &[Breakdown], false_alarms: bool) -> String {
+    let last = if false_alarms {
+        "false alarms"
+    } else {
+        "recall"
+    };
     let mut t = Table::new(&[
-        title, "loops", "caught", "on time", "early", "late", "missed", "recall",
+        title, "loops", "caught", "on time", "early", "late", "missed", last,
     ]);
     for b in rows {
         t.row(vec![
@@ -134,7 +141,11 @@ fn breakdown(title: &str, rows: &[Breakdown]) -> String {
             b.early.to_string(),
             b.late.to_string(),
             b.missed.to_string(),
-            num(b.recall, 3),
+            if false_alarms {
+                b.false_alarms.to_string()
+            } else {
+                num(b.recall, 3)
+            },
         ]);
     }
     t.render()
@@ -162,34 +173,20 @@ fn metrics_section(m: &Metrics) -> String {
         m.judge.sent_to_judge,
         pct(m.judge.sent_share)
     ));
-    s.push_str(&breakdown("kind", &m.by_kind));
+    s.push_str(&breakdown("kind", &m.by_kind, false));
     s.push('\n');
-    s.push_str(&breakdown("rewording", &m.by_reworded));
+    s.push_str(&breakdown("rewording", &m.by_reworded, false));
     if !m.by_step.is_empty() {
         s.push_str("\nBy phase (the envelope's `step`): loops where the labeller saw them, false alarms where they fired.\n\n");
-        let mut t = Table::new(&[
-            "phase",
-            "loops",
-            "caught",
-            "on time",
-            "early",
-            "late",
-            "missed",
-            "false alarms",
-        ]);
-        for b in &m.by_step {
-            t.row(vec![
-                format!("`{}`", b.value),
-                b.loops.to_string(),
-                b.caught.to_string(),
-                b.on_time.to_string(),
-                b.early.to_string(),
-                b.late.to_string(),
-                b.missed.to_string(),
-                b.false_alarms.to_string(),
-            ]);
-        }
-        s.push_str(&t.render());
+        let steps: Vec<Breakdown> = m
+            .by_step
+            .iter()
+            .map(|b| Breakdown {
+                value: format!("`{}`", b.value),
+                ..b.clone()
+            })
+            .collect();
+        s.push_str(&breakdown("phase", &steps, true));
     }
     if !m.fired_kinds.is_empty() {
         s.push_str("\nThe verdict kind that fired first, per flagged run:\n\n");
