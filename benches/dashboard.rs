@@ -10,54 +10,9 @@
 mod common;
 
 use serde_json::{json, Value};
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_loopguard"))
-            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path())
-            // As in the load benchmark: tasks stay active however many loops the load makes.
-            .args(["--set", "policy.gate_at=0", "--set", "policy.pivot_at=0"])
-            .args(["--set", "detect.budget.max_events=0"])
-            .env("LOOPGUARD_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start loopguard serve");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let base = line
-            .trim()
-            .trim_start_matches("loopguard listening on ")
-            .to_string();
-        common::wait_open(&base);
-        Server {
-            child,
-            base,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn client() -> reqwest::Client {
     loopguard::judge::http::install_tls_provider();
@@ -178,7 +133,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let server = Server::start();
+    let server = common::Server::start(&[]);
     let base = server.base.clone();
     let client = client();
     rt.block_on(async {
