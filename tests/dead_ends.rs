@@ -173,6 +173,45 @@ async fn going_back_to_an_edit_already_rejected_is_a_loop_but_not_after_somethin
 }
 
 #[tokio::test]
+async fn an_error_every_attempt_in_a_row_left_standing_is_one_dead_end_when_one_was_re_sent() {
+    // Edits at one function, all refused on one undefined name; one of them also hit another
+    // name, which does not make the row new: every attempt left the first error standing, and
+    // one was sent again after it was refused.
+    let err = "F821 undefined name 'regions_old'";
+    let both = "F821 undefined name 'regions_old'\n- F821 undefined name 'target'";
+    let head = "def filter_min_distance(features, dxy=None, dz=None, min_distance=None):";
+    let body = "    regions_new = regions_old.copy()\n    return target";
+    let whole =
+        "def filter_min_distance(features, dxy=None, dz=None):\n    regions_new = regions_old";
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            rejected_edit("973:981", head, err),
+            rejected_edit("973:981", head, err),
+            rejected_edit("982:1116", body, both),
+            rejected_edit("973:1116", whole, err),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(3), "{vs:#?}");
+    assert_eq!(vs[3].rule.as_deref(), Some("dead_end.resent_in_a_row"));
+
+    // The same attempts with none re-sent are different attempts: not an alarm.
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            rejected_edit("973:981", head, err),
+            rejected_edit("982:1116", body, both),
+            rejected_edit("973:1116", whole, err),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
 async fn an_edit_re_sent_then_varied_all_refused_the_same_way_is_a_loop() {
     // The same edit sent twice, then a variant over other lines: all three refused with the
     // same IndentationError. The re-send shows the agent is not ruling options out.

@@ -172,7 +172,7 @@ pub static RULES: &[Rule] = &[
     Rule {
         id: "dead_end.resent_in_a_row",
         kinds: &[K::SameError, K::ResultRepeat],
-        statement: "attempts in a row end in exactly the same error, one of them re-sent after it was rejected",
+        statement: "attempts in a row all end in the same error (some in more besides), one of them re-sent after it was rejected",
         settings: &["detect.dead_ends.occurrences"],
         check: Check::Loop(dead_end::resent_in_a_row),
     },

@@ -306,7 +306,13 @@ pub fn observe(
                 ResultSig {
                     residue: (negative && !failed && !trivial)
                         .then(|| crate::signature::residue(&c.args, &out)),
-                    outcome: outcome_in_task(&out, call.exact, &arg_values(&c.args), ambient),
+                    outcome: outcome_in_task(
+                        &out,
+                        call.exact,
+                        failed,
+                        &arg_values(&c.args),
+                        ambient,
+                    ),
                     echo: echo_key(&c.args, &out),
                     negative,
                     trivial,

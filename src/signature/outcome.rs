@@ -57,6 +57,19 @@ pub struct Outcome {
     /// ([`error_lines_and_rest`]); 0: not known (an outcome stored before it was kept).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rest: u64,
+    /// Keys of the error lines one by one (masked as for `exact`, sorted, no repeats): which
+    /// errors an attempt left standing whatever else it also hit. Empty in an outcome stored
+    /// before they were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<u64>,
+}
+
+impl Outcome {
+    /// Did this outcome hit every error line of `other` (and maybe more)?
+    pub fn holds(&self, other: &Outcome) -> bool {
+        self.exact == other.exact
+            || (!other.lines.is_empty() && other.lines.iter().all(|l| self.lines.contains(l)))
+    }
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -218,18 +231,28 @@ fn line_key(line: &str) -> u64 {
     key64(&mask(line, false))
 }
 
-/// Calls after which an error line must have been printed, each with another rest of output,
-/// before it is the environment's and not the call's.
+/// Calls after which an error line must have been printed, each with another rest of output
+/// and one of them not failed, before it is the environment's and not the call's.
 const AMBIENT_AFTER: usize = 3;
+/// The bit of a sighting's rest key that says the call did not fail: a line is the
+/// environment's only once a call that succeeded printed it too.
+const SUCCEEDED: u64 = 1 << 63;
+/// The same when none of the calls that printed the line succeeded (by their `is_error` or
+/// exit code, which a recorder may have guessed from the words of the output): the line may
+/// be the failure those calls share, so it takes more of them to be sure.
+const AMBIENT_AFTER_FAILING: usize = 6;
 /// Error lines followed per task.
 const LINES_FOLLOWED: usize = 24;
 
 /// Error lines the agent's environment prints whatever the call does — an interpreter's
 /// warning, a locale complaint, a banner — learned per task: a line printed after
-/// [`AMBIENT_AFTER`] different calls, each of which printed something else besides, is context,
-/// not the call's failure signature. A failure the calls share has the same rest each time (the
-/// same traceback, the same rejection message around a different preview, nothing at all), and
-/// a failure one call keeps hitting is one call: neither is ever ambient.
+/// [`AMBIENT_AFTER`] different calls, each of which printed something else besides and one of
+/// which succeeded, is context, not the call's failure signature. A failure the calls share
+/// has the same rest each time (the same traceback, the same rejection message around a
+/// different preview, nothing at all), and a failure one call keeps hitting is one call: neither
+/// is ambient. Calls that all failed need [`AMBIENT_AFTER_FAILING`]: edits at one function
+/// rejected on one undefined name differ in everything around it (the preview's frame, where a
+/// long output was cut), yet the line is their dead end, not the environment's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AmbientLines {
     /// Per error line followed (its key): the calls it was printed after, with the key of the
@@ -287,7 +310,7 @@ impl AmbientLines {
                     let evict = self
                         .seen
                         .iter()
-                        .position(|(_, s)| s.len() < AMBIENT_AFTER)
+                        .position(|(_, s)| !is_ambient(s))
                         .unwrap_or(0);
                     self.seen.remove(evict);
                 }
@@ -296,13 +319,17 @@ impl AmbientLines {
             }
         };
         let sightings = &mut self.seen[i].1;
-        if sightings.len() < AMBIENT_AFTER
-            && !sightings.iter().any(|(c, r)| *c == call || *r == rest)
-        {
+        if !is_ambient(sightings) && !sightings.iter().any(|(c, r)| *c == call || *r == rest) {
             sightings.push((call, rest));
         }
-        sightings.len() >= AMBIENT_AFTER
+        is_ambient(sightings)
     }
+}
+
+/// Have enough different calls printed an error line for it to be the environment's?
+fn is_ambient(sightings: &[(u64, u64)]) -> bool {
+    sightings.len() >= AMBIENT_AFTER_FAILING
+        || (sightings.len() >= AMBIENT_AFTER && sightings.iter().any(|(_, r)| r & SUCCEEDED != 0))
 }
 
 /// The outcome of a call's output in its task: its error lines, less those the environment
@@ -311,14 +338,20 @@ impl AmbientLines {
 pub fn outcome_in_task(
     output: &str,
     call: u64,
+    failed: bool,
     echoed: &[&str],
     ambient: &mut AmbientLines,
 ) -> Option<Outcome> {
     let (lines, rest) = error_lines_and_rest_of(output, echoed);
+    let sighting = if failed {
+        rest & !SUCCEEDED
+    } else {
+        rest | SUCCEEDED
+    };
     // A refusal is about the call by definition (it never ran): never the environment's.
     let kept: Vec<String> = lines
         .into_iter()
-        .filter(|l| REFUSED.is_match(l) || !ambient.note(line_key(l), call, rest))
+        .filter(|l| REFUSED.is_match(l) || !ambient.note(line_key(l), call, sighting))
         .collect();
     outcome_of_lines(&kept, rest)
 }
@@ -365,6 +398,9 @@ fn outcome_of_lines(lines: &[String], rest: u64) -> Option<Outcome> {
         }
     }
     names.truncate(NAMES_KEPT);
+    let mut line_keys: Vec<u64> = last.iter().map(|l| key64(&mask(l, false))).collect();
+    line_keys.sort_unstable();
+    line_keys.dedup();
     Some(Outcome {
         exact: key_of(last, false),
         template: key_of(last, true),
@@ -372,6 +408,7 @@ fn outcome_of_lines(lines: &[String], rest: u64) -> Option<Outcome> {
         names,
         refused: last.iter().any(|l| REFUSED.is_match(l)),
         rest,
+        lines: line_keys,
     })
 }
 
@@ -460,6 +497,7 @@ mod tests {
                 outcome_in_task(
                     &format!("{banner}\n{out}"),
                     super::key64(call) + i as u64,
+                    false,
                     &[call],
                     &mut ambient,
                 )
@@ -474,6 +512,7 @@ mod tests {
         let o = outcome_in_task(
             &format!("{banner}\nTraceback (most recent call last):\n  File \"t.py\", line 1\nKeyError: 'x'"),
             7,
+            true,
             &[],
             &mut ambient,
         )
@@ -488,7 +527,7 @@ mod tests {
             format!("Your proposed edit has introduced new syntax error(s).\nERRORS:\n- E999 IndentationError: unexpected indent\n[File: /r/a.py (9 lines total)]\n1:{preview}\nYour changes have NOT been applied.")
         };
         for (i, preview) in ["x = 1", "  y = 2", "   z = 3", "w = 4"].iter().enumerate() {
-            let o = outcome_in_task(&rejected(preview), 100 + i as u64, &[], &mut ambient);
+            let o = outcome_in_task(&rejected(preview), 100 + i as u64, true, &[], &mut ambient);
             assert!(
                 o.is_some(),
                 "edit {i}: the same rejection around another preview"
@@ -498,10 +537,61 @@ mod tests {
             let o = outcome_in_task(
                 &format!("debug line {i}\nAssertionError: expected 3"),
                 9,
+                true,
                 &[],
                 &mut ambient,
             );
             assert!(o.is_some(), "run {i} of one script");
+        }
+    }
+
+    #[test]
+    fn an_error_line_only_failed_calls_printed_is_theirs_however_their_rests_differ() {
+        // Edits at one function rejected by one linter error, each rejection's text cut off at
+        // another length (a recorder truncating long outputs): the rests differ, yet no call
+        // that worked ever printed the line, so it is the attempts' dead end.
+        let mut ambient = AmbientLines::default();
+        let error = "- F821 undefined name 'regions_old'";
+        let rests = [
+            "(967 more lines above)\n(130 more lines below)",
+            "(971 more lines above)",
+            "",
+        ];
+        for (i, rest) in rests.iter().enumerate() {
+            let out = format!("Your proposed edit has introduced new syntax error(s).\nERRORS:\n{error}\nThis is how your edit would have looked if applied\n{rest}");
+            let o = outcome_in_task(&out, 200 + i as u64, true, &[], &mut ambient);
+            assert!(o.is_some(), "rejection {i}");
+        }
+        // A line every call prints, each call flagged as failed (a recorder guessing from the
+        // words of the output): the environment's after six different calls.
+        let mut ambient = AmbientLines::default();
+        let banner = "ERROR: ld.so: object 'libmock.so' from LD_PRELOAD cannot be preloaded";
+        let outputs = ["a.py", "42", "[metadata]", "ok", "main", "done", "x = 1"];
+        for (i, out) in outputs.iter().enumerate() {
+            let o = outcome_in_task(
+                &format!("{banner}\n{out}"),
+                i as u64,
+                true,
+                &[],
+                &mut ambient,
+            );
+            assert_eq!(o.is_none(), i >= 5, "call {i}");
+        }
+        // The same line after a call that succeeded too: the environment's from then on.
+        let mut ambient = AmbientLines::default();
+        let warning = "bash: warning: setlocale: LC_ALL: cannot change locale (en_US.UTF-8)";
+        for (i, (out, failed)) in [("a.py", false), ("42", false), ("done", true)]
+            .iter()
+            .enumerate()
+        {
+            let o = outcome_in_task(
+                &format!("{warning}\n{out}"),
+                i as u64,
+                *failed,
+                &[],
+                &mut ambient,
+            );
+            assert_eq!(o.is_none(), i == 2, "call {i}");
         }
     }
 
@@ -511,7 +601,7 @@ mod tests {
         for (i, body) in ["f(a, b)", "f(a)", "g(x=1)", "h()"].iter().enumerate() {
             let call = format!("edit 78:86: {body}");
             let out = format!("/bin/bash: line 1: syntax error near unexpected token `('\n/bin/bash: line 1: `{call}'");
-            let o = outcome_in_task(&out, i as u64, &[&call], &mut ambient);
+            let o = outcome_in_task(&out, i as u64, true, &[&call], &mut ambient);
             assert!(o.is_some_and(|o| o.refused), "refusal {i}");
         }
     }

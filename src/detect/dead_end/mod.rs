@@ -204,9 +204,10 @@ pub fn back_to_rejected(ctx: &Ctx<'_>) -> Option<Finding> {
     })
 }
 
-/// Rule `dead_end.resent_in_a_row` (1c): attempts in a row ending in exactly the same error,
-/// one of them re-sent unchanged (one edit sent twice, then a variant, all the same
-/// IndentationError). Different attempts at one dead end are a judge question while each is
+/// Rule `dead_end.resent_in_a_row` (1c): attempts in a row ending in the same error, one of
+/// them re-sent unchanged (one edit sent twice, then a variant, all the same IndentationError).
+/// An attempt in the row may have hit another error besides ([`Outcome::holds`]): it left the
+/// one the row is stuck on standing too. Different attempts at one dead end are a judge question while each is
 /// new; once one of them is re-sent and refused again, the agent is not ruling options out.
 pub fn resent_in_a_row(ctx: &Ctx<'_>) -> Option<Finding> {
     let cfg = &ctx.cfg.dead_ends;
@@ -328,8 +329,8 @@ fn back_to_a_rejected_attempt(
     None
 }
 
-/// The attempts right before the new one ending in exactly its error, stopping at the first
-/// work event that did not, when two of them (the new one included) are the same call. Returns
+/// The attempts right before the new one ending in its error lines (and maybe more), stopping
+/// at the first work event that did not, when two of them (the new one included) are the same call. Returns
 /// the older of that pair and the row's length, the new attempt included.
 fn rejected_again_in_a_row<'e>(
     past: &[&'e Entry],
@@ -339,7 +340,7 @@ fn rejected_again_in_a_row<'e>(
 ) -> Option<(u64, usize)> {
     let row: Vec<Attempt<'e>> = recent(past, reach)
         .iter()
-        .map_while(|e| attempt(e).filter(|a| a.outcome.is_some_and(|p| p.exact == o.exact)))
+        .map_while(|e| attempt(e).filter(|a| a.outcome.is_some_and(|p| p.holds(o))))
         .collect();
     let all: Vec<&Attempt<'_>> = std::iter::once(new).chain(row.iter()).collect();
     let same = |a: &Attempt<'_>, b: &Attempt<'_>| same_by_keys(a.call, b.call);
