@@ -198,13 +198,18 @@ async fn claude_code_api_errors_are_failures_and_a_repeated_reply_is_answered_at
             .contains("external"),
         "{answers:#?}"
     );
-    // The same reply, reworded: the third one repeats two before it (detect.repeats.response).
-    assert_eq!(&answers[2..4], &[json!({}), json!({})], "{answers:#?}");
+    // The same reply, reworded: the fourth one repeats the three before it
+    // (detect.repeats.response).
+    assert_eq!(
+        &answers[2..5],
+        &[json!({}), json!({}), json!({})],
+        "{answers:#?}"
+    );
     assert!(
-        answers[4]["systemMessage"].is_string(),
+        answers[5]["systemMessage"].is_string(),
         "a hint to the person: {answers:#?}"
     );
-    assert!(!is_block(&answers[4]));
+    assert!(!is_block(&answers[5]));
     let session = lines[0]["session_id"].as_str().unwrap();
     let task: Value = s.get_json(&client, &format!("/v1/tasks/{session}")).await;
     let kinds: Vec<(&str, &str)> = task["last_verdicts"]
@@ -223,7 +228,7 @@ async fn claude_code_api_errors_are_failures_and_a_repeated_reply_is_answered_at
         [("failure", "none"), ("failure", "exact_repeat")],
         "{kinds:?}"
     );
-    assert_eq!(kinds[4], ("response", "similar_response"), "{kinds:?}");
+    assert_eq!(kinds[5], ("response", "similar_response"), "{kinds:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

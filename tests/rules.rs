@@ -172,10 +172,16 @@ async fn response_repeat() {
                 "t",
                 "I cannot change this booking, as the fare is non-refundable.",
             ),
+            response(
+                "t",
+                "This booking cannot be changed: its fare is non-refundable.",
+            ),
         ],
     )
     .await;
-    fired(&vs, "response.repeat");
+    // Three alike are an agent restating a refusal to a user who asked again; the fourth is a
+    // loop (detect.repeats.response).
+    assert_eq!(fired(&vs, "response.repeat"), 3, "{vs:#?}");
 }
 
 #[tokio::test]

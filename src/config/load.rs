@@ -280,6 +280,17 @@ impl Config {
                 );
             }
         }
+        if self.detect.repeats.response > self.detect.responses.window {
+            return bad(
+                "detect.repeats.response",
+                format!(
+                    "is {} but only detect.responses.window = {} earlier responses are compared: \
+                     the rule could never fire (set it to at most the window, or switch the rule \
+                     off with detect.rules_off = [\"response.repeat\"])",
+                    self.detect.repeats.response, self.detect.responses.window
+                ),
+            );
+        }
         if self.policy.ladder.is_empty() {
             return bad("policy.ladder", "needs at least one action".into());
         }

@@ -204,3 +204,19 @@ fn the_judge_questions_about_redone_calls_and_timeouts_have_measured_defaults() 
         (0.0, 0)
     );
 }
+
+#[test]
+fn a_response_repeat_count_beyond_the_window_is_refused_with_both_keys() {
+    // Only `responses.window` earlier responses are compared: more repeats than that could never
+    // be seen, and the rule would be off without a word.
+    let err = Config::from_toml_str("[detect.repeats]\nresponse = 4\n").unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("detect.repeats.response") && msg.contains("detect.responses.window = 3"),
+        "{msg}"
+    );
+    let ok =
+        Config::from_toml_str("[detect.repeats]\nresponse = 4\n[detect.responses]\nwindow = 4\n")
+            .unwrap();
+    assert_eq!(ok.detect.repeats.response, 4);
+}

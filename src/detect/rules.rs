@@ -130,7 +130,7 @@ pub static RULES: &[Rule] = &[
     Rule {
         id: "response.repeat",
         kinds: &[K::ExactRepeat, K::SimilarResponse],
-        statement: "a response says what recent responses said, with no new work between",
+        statement: "a response says what the last responses said (by default each of the last three), with no new work between",
         settings: &["detect.similarity.response", "detect.repeats.response", "detect.responses.window"],
         check: Check::Loop(response::detect),
     },
