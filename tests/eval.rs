@@ -66,6 +66,35 @@ fn run<'a>(report: &'a Value, id: &str) -> &'a Value {
 #[test]
 fn every_outcome_is_measured_and_listed() {
     let (text, r) = eval(&[]);
+    // How much of the replay needed the model: every event of both files, and the reworded runs'
+    // texts at least.
+    let events: usize = [LABELLED, CONTROL]
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str::<Value>(&l).unwrap()["events"]
+                .as_array()
+                .unwrap()
+                .len()
+        })
+        .sum();
+    let point = &r["points"][0];
+    assert_eq!(point["events"], json!(events), "{point}");
+    let model_texts = point["model_texts"].as_u64().unwrap();
+    assert!(model_texts > 0 && model_texts < events as u64, "{point}");
+    assert!(
+        text.contains(&format!(
+            "it embedded {model_texts} texts for the {events} events"
+        )),
+        "{text}"
+    );
     let m = &r["result"]["metrics"];
     // 4 loops (3 caught), 2 no_loop (1 flagged).
     assert_eq!(

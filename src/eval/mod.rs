@@ -59,6 +59,7 @@ use crate::judge::{Judge, JudgeVerdict};
 use crate::score::{score_run_judged, Run};
 use serde::Serialize;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -208,6 +209,9 @@ struct PointRuns {
     controls: Vec<Vec<Replayed>>,
     seconds: f64,
     judge_calls: Option<u64>,
+    /// Texts the model embedded at this point (cache misses), and the events replayed.
+    model_texts: u64,
+    events: usize,
 }
 
 /// One sweep point, measured on every labelled run.
@@ -218,6 +222,10 @@ pub struct PointReport {
     /// Per control file: runs flagged.
     pub controls_flagged: Vec<usize>,
     pub seconds: f64,
+    /// Texts the model embedded at this point, labelled and control runs (the embedding cache
+    /// spares later sweep points what an earlier one embedded), and the events replayed.
+    pub model_texts: u64,
+    pub events: usize,
     /// Questions the test judge answered at this point (labelled and control runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub judge_calls: Option<u64>,
@@ -419,8 +427,14 @@ pub fn evaluate(
             }
         })
     };
+    let replayed_events: usize = labelled_runs
+        .iter()
+        .chain(control_runs.iter().flat_map(|c| c.iter()))
+        .map(|(r, _)| r.events.len())
+        .sum();
     for (pi, point) in points.iter().enumerate() {
         let point_started = Instant::now();
+        let embedded_before = embedder.stats().texts_embedded.load(Relaxed);
         let (judge, counter) = judge_for(&point.config)?;
         let mut pass = |file: &str, runs: &ToReplay| -> Result<Vec<Replayed>, EvalError> {
             let total = runs.len();
@@ -462,6 +476,8 @@ pub fn evaluate(
             controls: controls_out,
             seconds: point_started.elapsed().as_secs_f64(),
             judge_calls,
+            model_texts: embedder.stats().texts_embedded.load(Relaxed) - embedded_before,
+            events: replayed_events,
         });
     }
 
@@ -509,6 +525,8 @@ pub fn evaluate(
             metrics: metrics_at(p, &|_| true),
             controls_flagged: controls_flagged(p),
             seconds: replayed[p].seconds,
+            model_texts: replayed[p].model_texts,
+            events: replayed[p].events,
             judge_calls: replayed[p].judge_calls,
             runs: if sweep {
                 all_records[p]

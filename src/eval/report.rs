@@ -311,11 +311,25 @@ fn runs_section(runs: &[RunRecord]) -> String {
     s
 }
 
+/// How much of the replay needed the model (the first point: later sweep points find most texts
+/// in the embedding cache).
+fn model_texts(p: &super::PointReport) -> String {
+    let per_event = if p.events == 0 {
+        0.0
+    } else {
+        p.model_texts as f64 / p.events as f64
+    };
+    format!(
+        "; it embedded {} texts for the {} events replayed, labelled and control runs ({:.2} per event)",
+        p.model_texts, p.events, per_event
+    )
+}
+
 /// The report as Markdown text.
 pub fn text(r: &EvalReport) -> String {
     let mut s = String::from("# loopguard eval\n\n");
     s.push_str(&format!(
-        "`{}`: {} runs ({} loop, {} no_loop; {} reworded loops), {} events. Judge: {}{}. Model: {}. {:.1} s.\n\n",
+        "`{}`: {} runs ({} loop, {} no_loop; {} reworded loops), {} events. Judge: {}{}. Model: {}{}. {:.1} s.\n\n",
         r.input.file,
         r.input.runs,
         r.input.loops,
@@ -328,6 +342,7 @@ pub fn text(r: &EvalReport) -> String {
             .map(|n| format!(" ({n} question{} answered)", if n == 1 { "" } else { "s" }))
             .unwrap_or_default(),
         r.model,
+        model_texts(&r.points[0]),
         r.seconds
     ));
     if r.points.len() > 1 {
@@ -355,6 +370,7 @@ pub fn text(r: &EvalReport) -> String {
                 "false alarms",
                 "controls flagged",
                 "seconds",
+                "model texts",
             ]
             .map(String::from),
         );
@@ -386,6 +402,7 @@ pub fn text(r: &EvalReport) -> String {
                     .collect::<Vec<_>>()
                     .join(" / "),
                 format!("{:.1}", p.seconds),
+                p.model_texts.to_string(),
             ]);
             t.row(row);
         }
