@@ -313,15 +313,22 @@ fn runs_section(runs: &[RunRecord]) -> String {
 
 /// How much of the replay needed the model (the first point: later sweep points find most texts
 /// in the embedding cache).
-fn model_texts(p: &super::PointReport) -> String {
+fn model_texts(p: &super::PointReport, with_controls: bool) -> String {
     let per_event = if p.events == 0 {
         0.0
     } else {
         p.model_texts as f64 / p.events as f64
     };
     format!(
-        "; it embedded {} texts for the {} events replayed, labelled and control runs ({:.2} per event)",
-        p.model_texts, p.events, per_event
+        "; it embedded {} texts for the {} events replayed{} ({:.2} per event)",
+        p.model_texts,
+        p.events,
+        if with_controls {
+            ", labelled and control runs"
+        } else {
+            ""
+        },
+        per_event
     )
 }
 
@@ -342,7 +349,7 @@ pub fn text(r: &EvalReport) -> String {
             .map(|n| format!(" ({n} question{} answered)", if n == 1 { "" } else { "s" }))
             .unwrap_or_default(),
         r.model,
-        model_texts(&r.points[0]),
+        model_texts(&r.points[0], !r.controls.is_empty()),
         r.seconds
     ));
     if r.points.len() > 1 {
