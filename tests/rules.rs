@@ -361,8 +361,32 @@ async fn judge_different_attempts() {
 #[tokio::test]
 async fn judge_different_changes() {
     let fail = "FAILED tests/test_fmt.py::test_render - AssertionError: assert 'a|1' == 'a | 1'";
+    let vs = feed(&judged(Config::default()), fixes_then_runs(fail, [""; 3])).await;
+    assert_eq!(fired(&vs, "judge.different_changes"), 5);
+    // A line every run prints the same way changes nothing.
+    let same = ["collected 4 items"; 3];
+    let vs = feed(&judged(Config::default()), fixes_then_runs(fail, same)).await;
+    assert_eq!(fired(&vs, "judge.different_changes"), 5);
+    // The same failure, but each run prints something it did not before around it (a debugging
+    // line each change made fire): the changes reached the step, so there is nothing to ask.
+    let printed = [
+        "render: cells = ['a', 1]",
+        "render: separator ' | ' from config",
+        "render: rows from Table.__iter__",
+    ];
+    let vs = feed(&judged(Config::default()), fixes_then_runs(fail, printed)).await;
+    assert!(
+        !vs[5].is_loop && vs[5].rule.as_deref() != Some("judge.different_changes"),
+        "{:#?}",
+        vs[5]
+    );
+}
+
+/// Three different edits, each followed by the same test run failing with `fail`, the run
+/// printing `printed[i]` before it.
+fn fixes_then_runs(fail: &str, printed: [&str; 3]) -> Vec<loopguard::Envelope> {
     let mut events = Vec::new();
-    for (file, code) in [
+    for ((file, code), printed) in [
         (
             "src/fmt.py",
             "def render(table):\n    cells = [str(c) for c in table]",
@@ -372,7 +396,10 @@ async fn judge_different_changes() {
             "src/table.py",
             "class Table:\n    def __iter__(self):\n        return iter(self.rows)",
         ),
-    ] {
+    ]
+    .into_iter()
+    .zip(printed)
+    {
         events.push(call_with(
             "t",
             "edit",
@@ -380,10 +407,14 @@ async fn judge_different_changes() {
             "File updated.",
             false,
         ));
-        events.push(bash("python -m pytest tests/test_fmt.py -x -q", fail, true));
+        let out = format!("{printed}\n{fail}");
+        events.push(bash(
+            "python -m pytest tests/test_fmt.py -x -q",
+            out.trim(),
+            true,
+        ));
     }
-    let vs = feed(&judged(Config::default()), events).await;
-    assert_eq!(fired(&vs, "judge.different_changes"), 5);
+    events
 }
 
 #[tokio::test]

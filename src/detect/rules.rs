@@ -235,7 +235,7 @@ pub static RULES: &[Rule] = &[
     Rule {
         id: "judge.different_changes",
         kinds: &[K::SameError],
-        statement: "the same step fails the same way, as written, after different changes",
+        statement: "the same step fails the same way, as written, its output otherwise unchanged, after different changes",
         settings: &["detect.dead_ends.occurrences", "detect.dead_ends.span_window"],
         check: Check::Ask(questions::different_changes),
     },

@@ -412,6 +412,12 @@ fn unmoved(p: &Outcome, o: &Outcome) -> bool {
     p.exact == o.exact && p.text == o.text
 }
 
+/// Did two runs print the same around their error lines (digits masked)? Unknown (an outcome
+/// stored before the rest was kept) counts as the same.
+fn same_rest(p: &Outcome, o: &Outcome) -> bool {
+    p.rest == 0 || o.rest == 0 || p.rest == o.rest
+}
+
 /// Earlier runs of the new call (by keys) within the rerun window ending in the very error lines
 /// of the new one, newest first, counted only while other work separates every two of them (runs
 /// back to back are the exact-repeat detectors' case). The error lines are compared as written,
@@ -576,10 +582,12 @@ fn span(ctx: &Ctx<'_>) -> Option<Span> {
 /// The same step failing exactly the same way after *different* changes (three fixes, the same
 /// failure each time): ambiguous — superficial fixes going nowhere, or an investigation ruling
 /// options out? Returns the earlier runs, newest first. "The same way" is the error lines as
-/// written, numbers included: a failure whose counts or values moved after a change was reached
-/// by it, which is not a question worth a judge's call. The very same call failing that way
-/// with any other work between is found further back, within `span_window` (rule 2c's runs
-/// before they are enough for a loop).
+/// written, numbers included, and the rest of the output too (digits masked): a failure whose
+/// counts or values moved after a change was reached by it, and so was one whose run printed
+/// something new around the same error (a debugging line that now fires, another script or test
+/// selection reporting on other work) — neither is a question worth a judge's call. The very
+/// same call failing that way with any other work between is found further back, within
+/// `span_window` (rule 2c's runs before they are enough for a loop).
 pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     let cfg = &ctx.cfg.dead_ends;
     let need = cfg.occurrences.max(2);
@@ -596,7 +604,7 @@ pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
         .filter(|&seq| {
             (ctx.state.entry(seq).and_then(attempt))
                 .and_then(|a| a.outcome)
-                .is_some_and(|p| unmoved(p, o))
+                .is_some_and(|p| unmoved(p, o) && same_rest(p, o))
         })
         .collect();
     if verbatim.len() + 1 >= need {
@@ -607,7 +615,14 @@ pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     if cfg.unmoved_reruns == 0 {
         return None;
     }
-    let reruns = unmoved_reruns(cfg, &ctx.past, &new, o);
+    let reruns: Vec<u64> = unmoved_reruns(cfg, &ctx.past, &new, o)
+        .into_iter()
+        .filter(|&seq| {
+            (ctx.state.entry(seq).and_then(attempt))
+                .and_then(|a| a.outcome)
+                .is_some_and(|p| same_rest(p, o))
+        })
+        .collect();
     (reruns.len() + 1 >= need).then_some(reruns)
 }
 

@@ -331,6 +331,16 @@ fn the_same_failure_after_different_changes_is_for_the_judge_unless_it_moved() {
         ]),
         None
     );
+    // The same error each time, but the run now prints something it did not before (a debugging
+    // line the change made fire): the change reached the step, nothing to ask.
+    assert_eq!(
+        asked([
+            same,
+            "called with width=31\nAssertionError: width 31 != 40",
+            "called with width=31 from layout()\nAssertionError: width 31 != 40"
+        ]),
+        None
+    );
 }
 
 #[test]
