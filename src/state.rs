@@ -112,6 +112,12 @@ pub struct ResultSig {
     /// something new.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub residue: Option<String>,
+    /// Its lines' shape, to see a call run again only add copies of what it printed.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::signature::LineShape::is_unknown"
+    )]
+    pub shape: crate::signature::LineShape,
 }
 
 /// The event-specific part of a window entry.

@@ -288,3 +288,51 @@ async fn the_harness_rejecting_the_reply_for_its_format_again_and_again_is_a_loo
     .await;
     assert!(first_loop(&vs).is_some(), "{vs:#?}");
 }
+
+/// Polling a job that moves forward prints new lines each time — even lines that look alike once
+/// their numbers are masked — and a log that gained a new kind of line is news: neither is an
+/// effect piling up (`repeat.piled_up`). Appending the same line twice is.
+#[tokio::test]
+async fn a_log_polled_while_the_job_moves_forward_is_not_an_effect_piling_up() {
+    let log = |epochs: usize| {
+        (1..=epochs)
+            .map(|i| {
+                format!(
+                    "epoch {i}/20 loss {:.3} val_acc 0.{}",
+                    1.0 / i as f64,
+                    60 + i
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let vs = feed(
+        &engine(Config::default()),
+        vec![
+            ok("nohup python train.py > train.log 2>&1 &", ""),
+            ok("cat train.log", &log(2)),
+            ok("cat train.log", &log(3)),
+            ok("cat train.log", &format!("{}\nsaving checkpoint", log(4))),
+        ],
+    )
+    .await;
+    quiet(&vs);
+
+    let vs = feed(
+        &engine(Config::default()),
+        vec![
+            ok("cat requirements.txt", "numpy\npandas"),
+            ok(
+                "echo 'pytest' >> requirements.txt && cat requirements.txt",
+                "numpy\npandas\npytest",
+            ),
+            ok(
+                "echo 'pytest' >> requirements.txt && cat requirements.txt",
+                "numpy\npandas\npytest\npytest",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
+    assert_eq!(vs[2].rule.as_deref(), Some("repeat.piled_up"));
+}

@@ -419,6 +419,22 @@ fn fixes_then_runs(fail: &str, printed: [&str; 3]) -> Vec<loopguard::Envelope> {
 
 #[tokio::test]
 async fn judge_redone_calls() {
+    // A poll moving forward, or the same step redone for nothing? The output changed, barely.
+    let poll = |step: usize| {
+        bash(
+            "cat build.log",
+            &format!("building wheel for loopguard\nstep {step} of 10 done"),
+            false,
+        )
+    };
+    let vs = feed(&judged(Config::default()), vec![poll(1), poll(2)]).await;
+    assert_eq!(fired(&vs, "judge.redone_calls"), 1);
+}
+
+#[tokio::test]
+async fn repeat_piled_up() {
+    // The same edit applied again right after it went through: the line it inserts is there
+    // twice. No judge needed: nothing but copies of what it printed came back.
     let applied = |lines: usize| {
         let view: String = (1..=lines)
             .map(|i| format!("{i}:import pydantic\n"))
@@ -432,7 +448,7 @@ async fn judge_redone_calls() {
         )
     };
     let vs = feed(
-        &judged(Config::default()),
+        &engine(Config::default()),
         vec![
             call_with(
                 "t",
@@ -446,7 +462,7 @@ async fn judge_redone_calls() {
         ],
     )
     .await;
-    assert_eq!(fired(&vs, "judge.redone_calls"), 2);
+    assert_eq!(fired(&vs, "repeat.piled_up"), 2);
 }
 
 #[tokio::test]

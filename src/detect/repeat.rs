@@ -9,7 +9,7 @@
 //!   same call with the same result and nothing new in between is.
 
 use super::{fmt_cos, Ctx, Finding, Link};
-use crate::state::Channel;
+use crate::state::{Channel, Entry, EntryBody};
 use crate::verdict::LoopKind;
 
 /// The link to report: exact before reworded, then the highest cosine, then the newest.
@@ -53,6 +53,38 @@ fn kind_of(link: &Link) -> LoopKind {
     } else {
         LoopKind::SemanticRepeat
     }
+}
+
+/// Rule `repeat.piled_up`: the very same call run again right after the last, its output only
+/// more copies of lines it printed then — the call's effect piled up (an edit applied twice
+/// shows the lines it inserts twice; an append re-run shows its line twice). A poll moving
+/// forward prints lines it had not printed; a re-read of something unchanged prints the same
+/// (the repeat rule's case); neither is this.
+pub fn piled_up(ctx: &Ctx<'_>) -> Option<Finding> {
+    let ran = |e: &Entry| match &e.body {
+        EntryBody::ToolCall {
+            call,
+            result: Some(r),
+            passive: false,
+            ..
+        } if !r.failed => Some((call.exact, r.shape)),
+        _ => None,
+    };
+    let (call, now) = ran(ctx.entry)?;
+    let before = ctx.past.first()?;
+    let (earlier_call, then) = ran(before)?;
+    if earlier_call != call || !now.piled_on(&then) {
+        return None;
+    }
+    let mut f = Finding::new(
+        LoopKind::ExactRepeat,
+        format!(
+            "the same call as seq {} again, right after it, and its output only gained copies of lines it printed then ({} lines, {} before): its effect piled up",
+            before.seq, now.lines, then.lines
+        ),
+    );
+    f.matched = Some(before.seq);
+    Some(f)
 }
 
 /// Rule `repeat.failure`: a failure matches `repeats.failure` earlier ones (seed 000).

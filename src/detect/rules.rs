@@ -128,6 +128,13 @@ pub static RULES: &[Rule] = &[
         check: Check::Loop(repeat::tool_call),
     },
     Rule {
+        id: "repeat.piled_up",
+        kinds: &[K::ExactRepeat],
+        statement: "the same call run again right after the last, its output only more copies of lines it printed then: its effect piled up",
+        settings: &[],
+        check: Check::Loop(repeat::piled_up),
+    },
+    Rule {
         id: "response.repeat",
         kinds: &[K::ExactRepeat, K::SimilarResponse],
         statement: "a response says what the last responses said (by default each of the last three), with no new work between",

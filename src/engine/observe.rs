@@ -314,6 +314,7 @@ pub fn observe(
                         ambient,
                     ),
                     echo: echo_key(&c.args, &out),
+                    shape: crate::signature::LineShape::of(&out),
                     negative,
                     trivial,
                     failed,

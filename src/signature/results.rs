@@ -117,3 +117,112 @@ pub fn is_trivial_result(normalized: &str) -> bool {
     let stripped = TAGS.replace_all(normalized, "");
     stripped.chars().filter(|c| c.is_alphanumeric()).count() < 4
 }
+
+/// The shape of an output's lines, to see one call's effect pile up: the same call run again
+/// printing only more copies of lines it already printed (an edit applied twice duplicates the
+/// lines it inserts; an append re-run shows its line twice).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineShape {
+    /// Key of the distinct lines, digits masked (a line number or a "(12 lines total)" moves as
+    /// lines are added). 0: not known (a result stored before it was kept).
+    pub distinct: u64,
+    /// Lines (not blank).
+    pub lines: u32,
+    /// Lines with no digit once a leading line number is set aside: the copies that say
+    /// something. A log gaining "epoch 3 loss 0.2" under "epoch 2 loss 0.3" is new output, not a
+    /// copy, however alike the two look with digits masked.
+    pub plain: u32,
+}
+
+static LINE_NUMBER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\s*\d+\s*[:|\t-]?\s*").expect("line number pattern compiles"));
+
+impl LineShape {
+    pub fn is_unknown(&self) -> bool {
+        self.distinct == 0
+    }
+
+    pub fn of(output: &str) -> LineShape {
+        let mut distinct: Vec<String> = Vec::new();
+        let (mut lines, mut plain) = (0u32, 0u32);
+        for l in output.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            lines += 1;
+            let body = LINE_NUMBER.replace(l, "");
+            if !body.chars().any(|c| c.is_ascii_digit()) {
+                plain += 1;
+            }
+            distinct.push(super::digits_masked(l));
+        }
+        if lines == 0 {
+            return LineShape::default();
+        }
+        distinct.sort_unstable();
+        distinct.dedup();
+        LineShape {
+            distinct: crate::signature::key64(&distinct.join("\n")).max(1),
+            lines,
+            plain,
+        }
+    }
+
+    /// Did `self`, the output of a call run again, only add copies of lines `earlier` printed
+    /// (the same distinct lines, more of them, more plain ones among them)?
+    pub fn piled_on(&self, earlier: &LineShape) -> bool {
+        self.distinct != 0
+            && self.distinct == earlier.distinct
+            && self.lines > earlier.lines
+            && self.plain > earlier.plain
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LineShape;
+
+    fn view(lines: &[&str]) -> String {
+        let body: Vec<String> = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| format!("{}:{l}", i + 1))
+            .collect();
+        format!(
+            "[File: /r/mock.py ({} lines total)]\n{}\nFile updated.",
+            lines.len(),
+            body.join("\n")
+        )
+    }
+
+    #[test]
+    fn an_edit_applied_twice_piles_its_lines_up() {
+        let once = LineShape::of(&view(&["import datetime", "import pydantic", "class A:"]));
+        let twice = LineShape::of(&view(&[
+            "import datetime",
+            "import pydantic",
+            "import pydantic",
+            "class A:",
+        ]));
+        assert!(twice.piled_on(&once));
+        assert!(!once.piled_on(&twice));
+        assert!(
+            !once.piled_on(&once),
+            "the same output is the repeat rule's case"
+        );
+    }
+
+    #[test]
+    fn a_log_moving_forward_is_not_a_pile_however_alike_its_lines() {
+        let log = |n: usize| {
+            (1..=n)
+                .map(|i| format!("epoch {i} loss 0.{}", 9 - i))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert!(!LineShape::of(&log(3)).piled_on(&LineShape::of(&log(2))));
+        // New lines of text are new output.
+        let tail = |extra: &str| format!("server starting\nlistening on :8080\n{extra}");
+        assert!(!LineShape::of(&tail("GET /health 200")).piled_on(&LineShape::of(&tail(""))));
+        // Nothing known, nothing said.
+        assert!(!LineShape::of("a\na").piled_on(&LineShape::default()));
+        assert!(LineShape::of("").is_unknown());
+    }
+}

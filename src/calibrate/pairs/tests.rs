@@ -171,6 +171,7 @@ fn calibration_measures_the_engines_own_rule() {
                     outcome: None,
                     echo: 0,
                     residue: None,
+                    shape: Default::default(),
                 }),
                 passive: false,
             },
