@@ -543,11 +543,29 @@ fn import_edit(duplicates: usize) -> Value {
 }
 
 #[tokio::test]
-async fn an_edit_applied_again_with_its_file_barely_changed_is_a_question() {
-    // The agent meant the edit for another file and applies it again and again to the open
-    // one: each time it goes through, the file one import longer. No repeat detector sees it
-    // (the outputs differ); whether it is a poll moving forward or the same step redone is the
-    // judge's to say, and this judge's answer makes it a loop.
+async fn a_call_redone_with_its_output_barely_changed_is_a_question() {
+    // A poll moving forward, or the same step redone for nothing? The same command again, its
+    // output moved by a new line of the same kind: no repeat detector sees it (the outputs
+    // differ), a reader can tell, and this judge's answer makes it a loop.
+    let poll = |step: usize| {
+        call(
+            "bash",
+            "cat build.log",
+            &format!("building wheel for app\nstep {step} of 10 done"),
+        )
+    };
+    let (vs, asked) = judged(vec![poll(1), poll(2)]).await;
+    assert_eq!(asked, 1, "{vs:#?}");
+    assert!(!vs[0].is_loop && vs[1].is_loop, "{vs:#?}");
+    assert!(
+        vs[1].reason.contains("the same call as seq 1 again"),
+        "{}",
+        vs[1].reason
+    );
+
+    // The agent meant an edit for another file and applies it again to the open one: the file
+    // shows the line it inserts twice. That needs no judge: the output gained nothing but copies
+    // (`repeat.piled_up`), so nothing is asked.
     let events = vec![
         call(
             "open",
@@ -558,13 +576,9 @@ async fn an_edit_applied_again_with_its_file_barely_changed_is_a_question() {
         import_edit(2),
     ];
     let (vs, asked) = judged(events).await;
-    assert_eq!(asked, 1, "{vs:#?}");
+    assert_eq!(asked, 0, "{vs:#?}");
     assert!(!vs[1].is_loop && vs[2].is_loop, "{vs:#?}");
-    assert!(
-        vs[2].reason.contains("the same call as seq 2 again"),
-        "{}",
-        vs[2].reason
-    );
+    assert_eq!(vs[2].rule.as_deref(), Some("repeat.piled_up"), "{vs:#?}");
 
     // The same command run again with an output that changed (a build log that moved on): new
     // information, no question.
