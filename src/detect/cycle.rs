@@ -134,9 +134,9 @@ fn replay(ctx: &Ctx<'_>, work: &[&Entry]) -> Option<Finding> {
 
 /// The very same calls as just before, redone — the last `p` tool calls equal (tool and
 /// arguments) to the `p` before them, for `p` up to `max_period` — with outputs that changed but
-/// barely (each pair at least `min_overlap` alike, [`word_overlap`]). An edit applied again after it
-/// went through (its file growing a line each time) looks like this; so does a poll whose output
-/// moves a little. The rules cannot tell them apart (identical outputs are the repeat
+/// barely (each pair at least `min_overlap` alike, [`word_overlap`]). A step redone for nothing
+/// looks like this; so does a poll whose output moves a little (an output that gained only
+/// copies of its own lines, an edit applied twice, is `repeat.piled_up`'s, found first). The rules cannot tell them apart (identical outputs are the repeat
 /// detectors' case; outputs that changed a lot are new information), a reader can: a question
 /// for the judge. Returns the period and the earlier calls of the block redone, oldest first.
 pub fn redone(ctx: &Ctx<'_>, max_period: usize, min_overlap: f32) -> Option<(usize, Vec<u64>)> {
