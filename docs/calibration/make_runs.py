@@ -17,8 +17,8 @@ the same files). Every group and how it is built is described in REPORT.md; in s
                   d1 d2 a d3 b                                             -> loop if a duplicate
   request_pairs   each tau-bench pair among three requests of other tasks,
                   planner -> worker, a reply between each: d1 d2 a d3 b    -> loop if the same task
-  response_pairs  each STS-B dev/test pair as three responses
-                  a, b, "To repeat: a"                                     -> loop if a paraphrase
+  response_pairs  each STS-B dev/test pair as four responses
+                  a, b, "To repeat: a", "Again: b"                         -> loop if a paraphrase
   error_results   GitBugs pairs as the error output of three different
                   commands: error a, error b, "Error: a"                   -> loop if a duplicate
 
@@ -241,14 +241,16 @@ def request_runs(requests):
     return runs
 
 
-# The response and same-error detectors need two earlier matches, and a pair has two texts. The
-# third event repeats the first with a few words added, as a model repeating itself does: a run
-# a, b, a' is a loop exactly when b is a rewording of a. (Not a, b, a: an exact repeat takes
-# loopguard's fast path, which compares it by keys alone, so b would never be looked at.)
+# The same-error detector needs two earlier matches, the response detector three
+# (detect.repeats.response), and a pair has two texts. The later events repeat the pair with a
+# few words added, as a model repeating itself does: a run a, b, a', b' is a loop exactly when b
+# is a rewording of a. (Not a, b, a, b: an exact repeat takes loopguard's fast path, which
+# compares it by keys alone, so b would never be looked at.)
 
 
 def response_run(p):
-    events = [{"type": "response", "text": t} for t in (p["a"], p["b"], "To repeat: " + p["a"])]
+    texts = (p["a"], p["b"], "To repeat: " + p["a"], "Again: " + p["b"])
+    events = [{"type": "response", "text": t} for t in texts]
     label = "loop" if p["label"] == 1 else "no_loop"
     return labelled(f"response:{p['id']}", events, label, "response_pairs", 1 if label == "loop" else None)
 
