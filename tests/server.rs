@@ -159,9 +159,11 @@ async fn state_survives_a_graceful_restart(backend: &Backend) {
 /// Many concurrent acknowledgements share fsyncs and never hang (sled 0.34's concurrent
 /// flush_async deadlocked under exactly this load; see store::sled::Flusher).
 async fn concurrent_load_never_hangs(backend: &Backend) {
-    // 64 writers on PostgreSQL's 16 pooled connections: on a loaded 2-core machine a request
-    // may wait longer for one than the 3 s default allows (503 storage_error by design); here
-    // every request must be answered, so the wait is bounded by the test's own 60 s instead.
+    // 64 writers on PostgreSQL's 16 pooled connections: on a loaded 2-core machine (CI runs the
+    // other test binaries' servers beside this one) a request may wait longer for a connection
+    // than the 3 s default allows (503 storage_error by design), and longer in all than the 10 s
+    // request timeout (503 timeout). Here every request must be answered, so each is bounded by
+    // the test client's 30 s and the whole load by the test's own 60 s instead.
     let s = backend.start(&[
         "--set",
         "policy.gate_at=0",
@@ -169,6 +171,8 @@ async fn concurrent_load_never_hangs(backend: &Backend) {
         "policy.pivot_at=0",
         "--set",
         "server.database_timeout_ms=30000",
+        "--set",
+        "server.request_timeout_ms=30000",
     ]);
     let client = http_client();
     let mut handles = Vec::new();
