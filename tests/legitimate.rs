@@ -336,3 +336,59 @@ async fn a_log_polled_while_the_job_moves_forward_is_not_an_effect_piling_up() {
     assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
     assert_eq!(vs[2].rule.as_deref(), Some("repeat.piled_up"));
 }
+
+/// Searches that each ask less than the one before — a qualifier dropped, then the whole tree
+/// instead of one file — and each find nothing are finding out where a name is not: the widest
+/// empty answer is news (`negative.nothing_found_alike` and `negative.in_a_row` stay quiet). The
+/// same empty searches the other way round, narrowing after the wide one already found nothing,
+/// learn nothing and are a loop.
+#[tokio::test]
+async fn a_search_widened_step_by_step_that_finds_nothing_is_not_a_loop() {
+    let search = |tool: &str, command: &str, name: &str, scope: &str| {
+        call_with(
+            "t",
+            tool,
+            json!({ "command": command }),
+            &format!("No matches found for \"{name}\" in {scope}\n(Open file: /repo/src/io.py)\n(Current directory: /repo)"),
+            false,
+        )
+    };
+    let file = || {
+        search(
+            "search_file",
+            "search_file \"load_table\" src/io.py",
+            "load_table",
+            "/repo/src/io.py",
+        )
+    };
+    let def = || {
+        search(
+            "search_file",
+            "search_file \"def load_table\" src/io.py",
+            "def load_table",
+            "/repo/src/io.py",
+        )
+    };
+    let tree = || {
+        search(
+            "search_dir",
+            "search_dir \"load_table\"",
+            "load_table",
+            "/repo",
+        )
+    };
+    let vs = feed(
+        &engine(Config::default()),
+        vec![
+            def(),
+            file(),
+            tree(),
+            ok("grep -rn 'TABLE' src", "src/io.py:3:TABLE = {}"),
+        ],
+    )
+    .await;
+    quiet(&vs);
+
+    let vs = feed(&engine(Config::default()), vec![tree(), file(), def()]).await;
+    assert_eq!(first_loop(&vs), Some(2), "{vs:#?}");
+}

@@ -60,6 +60,9 @@ pub fn in_a_row(ctx: &Ctx<'_>) -> Option<Finding> {
     if chain.len() < ctx.cfg.repeats.negative_result {
         return None;
     }
+    if !result.failed && widening_chain(ctx, &chain) {
+        return None;
+    }
     let best: &Link = strongest(chain.iter().filter_map(|s| ctx.link(*s)))?;
     let (kind, what) = if result.failed {
         (LoopKind::SameError, "the same error")
@@ -114,6 +117,7 @@ fn nothing_found_alike(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     let alike = ctx.cfg.repeats.nothing_found_alike;
     let mut earlier = Vec::new();
     let mut said_alike = false;
+    let mut widening = true;
     for e in recent(&ctx.past, need) {
         let Some((call, r)) = empty_finding(e) else {
             break;
@@ -127,10 +131,82 @@ fn nothing_found_alike(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
             break;
         }
         said_alike |= said;
+        widening &= widens(call, later_call);
         earlier.push(e.seq);
         (later_call, later) = (call, r);
     }
-    (need > 0 && said_alike && earlier.len() >= need).then_some(earlier)
+    (need > 0 && said_alike && !widening && earlier.len() >= need).then_some(earlier)
+}
+
+/// Whether every call of a chain of empty findings (newest first, the new event's before it)
+/// widens the search of the call before it ([`widens`]).
+fn widening_chain(ctx: &Ctx<'_>, chain: &[u64]) -> bool {
+    fn call(e: &Entry) -> Option<&TextSig> {
+        match &e.body {
+            EntryBody::ToolCall { call, .. } => Some(call),
+            _ => None,
+        }
+    }
+    let Some(mut later) = call(ctx.entry) else {
+        return false;
+    };
+    for seq in chain {
+        let Some(earlier) = ctx.state.entry(*seq).and_then(call) else {
+            return false;
+        };
+        if !widens(earlier, later) {
+            return false;
+        }
+        later = earlier;
+    }
+    true
+}
+
+/// Whether `later` asks what `earlier` asked with less: a word dropped from the query, or the
+/// scope widened — a file left out so the tool searches its directory or the whole tree
+/// (`search_file "def f" a.py`, `search_file "f" a.py`, `search_dir "f"`; `grep -n f src/a.py`,
+/// `grep -n f src`). The tool's own name does not count: widening from a file to a directory is
+/// often another tool. An empty answer to a wider question is new knowledge — the name is nowhere
+/// in the wider scope either — so a chain in which every search widens the one before is someone
+/// finding out where a thing is not, not one dead end retried. It cannot go on for long: each
+/// step asks strictly less.
+fn widens(earlier: &TextSig, later: &TextSig) -> bool {
+    fn args(t: &str) -> std::collections::BTreeSet<&str> {
+        let mut words = t
+            .split(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '/' | '-')))
+            .filter(|w| !w.is_empty());
+        let Some(tool) = words.next() else {
+            return Default::default();
+        };
+        // Flags are how to search, not where or what: `grep -n f a.py` then `grep -rn f src`
+        // widens by its scope.
+        words
+            .filter(|w| *w != tool && !w.starts_with('-'))
+            .collect()
+    }
+    // `src` or `src/` of `src/a.py`: a directory holding the earlier path.
+    fn holds(dir: &str, path: &str) -> bool {
+        let dir = dir.trim_end_matches('/');
+        !dir.is_empty()
+            && path.len() > dir.len() + 1
+            && path.starts_with(dir)
+            && path[dir.len()..].starts_with('/')
+    }
+    let (e, l) = (args(&earlier.text), args(&later.text));
+    if l.is_empty() {
+        return false;
+    }
+    let mut wider = l.len() < e.len();
+    for w in &l {
+        if e.contains(w) {
+            continue;
+        }
+        if !e.iter().any(|p| holds(w, p)) {
+            return false;
+        }
+        wider = true;
+    }
+    wider
 }
 
 #[cfg(test)]
@@ -211,6 +287,43 @@ mod tests {
             assert!(s
                 .detect(detect, bash_err(&format!("python -c 'import {m}'"), &err))
                 .is_none());
+        }
+    }
+
+    #[test]
+    fn a_search_widens_by_asking_less_or_searching_a_wider_scope() {
+        let sig = |t: &str| crate::engine::observe::text_sig(t, 500);
+        let widens = |a: &str, b: &str| super::widens(&sig(a), &sig(b));
+        // A qualifier dropped; a file left out (another tool); a file's directory instead.
+        assert!(widens(
+            "search_file command: search_file \"def f\" a.py",
+            "search_file command: search_file \"f\" a.py"
+        ));
+        assert!(widens(
+            "search_file command: search_file \"f\" a.py",
+            "search_dir command: search_dir \"f\""
+        ));
+        assert!(widens(
+            "bash command: grep -n f src/a.py",
+            "bash command: grep -rn f src"
+        ));
+        // The same question, another flag, another name, a narrower one: not wider.
+        for (a, b) in [
+            (
+                "bash command: grep -rn f src",
+                "bash command: grep -rni f src",
+            ),
+            (
+                "bash command: grep -rn f src",
+                "bash command: grep -rn g src",
+            ),
+            (
+                "bash command: grep -rn f src",
+                "bash command: grep -rn f src/a.py",
+            ),
+            ("search query: scatman", "search query: scatman john"),
+        ] {
+            assert!(!widens(a, b), "{a} -> {b}");
         }
     }
 

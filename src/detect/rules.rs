@@ -144,14 +144,14 @@ pub static RULES: &[Rule] = &[
     Rule {
         id: "negative.nothing_found_alike",
         kinds: &[K::ResultRepeat],
-        statement: "calls in a row each find nothing and say so alike, apart from what they asked (another name, a rewording)",
+        statement: "calls in a row each find nothing and say so alike, apart from what they asked (another name, a rewording); not when each search widens the one before",
         settings: &["detect.repeats.negative_result", "detect.repeats.nothing_found_alike"],
         check: Check::Loop(negative::nothing_found_alike_rule),
     },
     Rule {
         id: "negative.in_a_row",
         kinds: &[K::SameError, K::ResultRepeat],
-        statement: "calls, however varied, keep ending in the same error or the same \"nothing found\"",
+        statement: "calls, however varied, keep ending in the same error or the same \"nothing found\" (unless each search widens the one before)",
         settings: &["detect.similarity.result", "detect.repeats.negative_result", "detect.repeats.max_between"],
         check: Check::Loop(negative::in_a_row),
     },
