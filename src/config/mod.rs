@@ -272,11 +272,6 @@ pub struct Repeats {
     pub nothing_found_alike: f32,
     pub max_between: usize,
     pub new_work_breaks: bool,
-    /// Calls worded differently whose results differ only where they repeat the call's own
-    /// terms (a search reworded, the same files found), this many times within this many work
-    /// events (the new one included): the same finding asked for again. 0 = off.
-    #[serde(default)]
-    pub same_finding_window: usize,
 }
 
 /// Attempts that end where earlier ones did (`detect/dead_end.rs`).

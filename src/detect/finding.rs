@@ -30,7 +30,8 @@ fn finding(e: &Entry) -> Option<(u64, &ResultSig)> {
 }
 
 pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
-    let window = ctx.cfg.repeats.same_finding_window;
+    // The window of one step's attempts: a search reworded across the same ground is one.
+    let window = ctx.cfg.dead_ends.span_window;
     let need = ctx.cfg.repeats.tool_call;
     if window < 2 || need == 0 {
         return None;
@@ -99,10 +100,13 @@ mod tests {
         s.push(search("parser", &["b.py"]));
         assert!(s.detect(detect, search("parsing", &["c.py"])).is_none());
 
+        // The window is one step's attempts (`dead_ends.span_window`, 17 work events, the new one
+        // included): fifteen other reads between put the first search outside it.
         let mut s = Scene::new();
         s.push(search("BEGIN SOLUTION", &["nbs/test.ipynb"]));
-        s.push(bash("ls", "a.py b.py"));
-        s.push(bash("cat a.py", "import os"));
+        for i in 0..15 {
+            s.push(bash(&format!("cat m{i}.py"), &format!("import m{i}")));
+        }
         s.push(search("END SOLUTION", &["nbs/test.ipynb"]));
         assert!(
             s.detect(detect, search("SOLUTION", &["nbs/test.ipynb"]))

@@ -159,7 +159,7 @@ pub static RULES: &[Rule] = &[
         id: "finding.same_finding",
         kinds: &[K::ResultRepeat],
         statement: "calls worded differently find the same thing, their results differing only where they quote their own query",
-        settings: &["detect.repeats.same_finding_window", "detect.repeats.tool_call"],
+        settings: &["detect.dead_ends.span_window", "detect.repeats.tool_call"],
         check: Check::Loop(finding::detect),
     },
     Rule {

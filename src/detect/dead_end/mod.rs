@@ -597,15 +597,12 @@ pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     if span.as_ref().is_some_and(|s| s.rewordings) {
         return None;
     }
+    let outcome_at = |seq| ctx.state.entry(seq).and_then(attempt)?.outcome;
     let verbatim: Vec<u64> = span
         .map(|s| s.members)
         .unwrap_or_default()
         .into_iter()
-        .filter(|&seq| {
-            (ctx.state.entry(seq).and_then(attempt))
-                .and_then(|a| a.outcome)
-                .is_some_and(|p| unmoved(p, o) && same_rest(p, o))
-        })
+        .filter(|&seq| outcome_at(seq).is_some_and(|p| unmoved(p, o) && same_rest(p, o)))
         .collect();
     if verbatim.len() + 1 >= need {
         return Some(verbatim);
@@ -617,11 +614,7 @@ pub fn different_changes(ctx: &Ctx<'_>) -> Option<Vec<u64>> {
     }
     let reruns: Vec<u64> = unmoved_reruns(cfg, &ctx.past, &new, o)
         .into_iter()
-        .filter(|&seq| {
-            (ctx.state.entry(seq).and_then(attempt))
-                .and_then(|a| a.outcome)
-                .is_some_and(|p| same_rest(p, o))
-        })
+        .filter(|&seq| outcome_at(seq).is_some_and(|p| same_rest(p, o)))
         .collect();
     (reruns.len() + 1 >= need).then_some(reruns)
 }
