@@ -5,7 +5,7 @@
 use super::error::ApiError;
 use super::validate::{check_param, Class, Limits};
 use super::AppState;
-use axum::extract::{FromRequestParts, Path, RawPathParams, RawQuery};
+use axum::extract::{FromRequestParts, Path, RawQuery};
 use axum::http::request::Parts;
 use loopguard::event::MAX_TASK_ID_CHARS;
 use std::collections::HashMap;
@@ -28,19 +28,23 @@ impl FromRequestParts<Arc<AppState>> for TaskId {
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
         // A `%` not followed by two hex digits is passed through as it is by the decoding
-        // below: `/v1/tasks/%ZZ` would be looked up as the task `%ZZ`. It is malformed.
-        if let Ok(raw) = RawPathParams::from_request_parts(parts, state).await {
-            if let Some((_, v)) = raw.iter().find(|(k, _)| *k == "task_id") {
-                if !valid_percent_encoding(v) {
-                    return Err(invalid(
-                        "task_id",
-                        format!(
-                            "`{}` is not valid percent-encoding (a `%` must be followed by two hex digits)",
-                            shorten(v)
-                        ),
-                    ));
-                }
-            }
+        // below: `/v1/tasks/%ZZ` would be looked up as the task `%ZZ`. It is malformed. The
+        // check reads the path as sent — axum's parameters are already decoded, and a task id
+        // may hold a `%` of its own (sent as `%25`). The task id is the only free segment of a
+        // task route, so a bad escape anywhere in the path is in it.
+        if let Some(bad) = parts
+            .uri
+            .path()
+            .split('/')
+            .find(|segment| !valid_percent_encoding(segment))
+        {
+            return Err(invalid(
+                "task_id",
+                format!(
+                    "`{}` is not valid percent-encoding (a `%` must be followed by two hex digits)",
+                    shorten(bad)
+                ),
+            ));
         }
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
