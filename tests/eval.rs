@@ -91,7 +91,7 @@ fn every_outcome_is_measured_and_listed() {
     assert!(model_texts > 0 && model_texts < events as u64, "{point}");
     assert!(
         text.contains(&format!(
-            "it embedded {model_texts} texts for the {events} events"
+            "the model's vectors of {model_texts} texts for the {events} events"
         )),
         "{text}"
     );
@@ -387,4 +387,80 @@ async fn a_verdict_that_is_not_a_loop_names_its_closest_earlier_event() {
         vs[2]
     );
     assert!(vs[3].matched.is_none(), "{:?}", vs[3]);
+}
+
+/// `eval` in a fresh process with the embedding cache on disk in `cache`: (stderr, report).
+fn eval_cached(cache: &std::path::Path) -> (String, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_loopguard"))
+        .args(["eval", LABELLED, "--control", CONTROL, "--json"])
+        .arg(&json)
+        .env("LOOPGUARD_MODEL__DISK_CACHE", cache)
+        .output()
+        .expect("the loopguard binary runs");
+    ok(&out);
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON report");
+    (String::from_utf8_lossy(&out.stderr).into_owned(), report)
+}
+
+/// "embeddings: M by the model, D from the cache on disk" of a command's summary.
+fn cache_line(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("embeddings: "))
+        .unwrap_or_else(|| panic!("no embeddings line in: {stderr}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = |w: &str| words.iter().position(|x| *x == w).unwrap();
+    let model = words[at("embeddings:") + 1].parse().unwrap();
+    let disk = words[at("from") - 1].parse().unwrap();
+    (model, disk)
+}
+
+#[test]
+fn a_second_eval_takes_the_vectors_from_disk_and_gives_the_same_verdicts() {
+    let cache = tempfile::tempdir().unwrap();
+    let (cold_err, cold) = eval_cached(cache.path());
+    let (warm_err, warm) = eval_cached(cache.path());
+    let (embedded, from_disk) = cache_line(&cold_err);
+    assert!(embedded > 0 && from_disk == 0, "{cold_err}");
+    // Every text the first run embedded is answered from disk: the model is not asked again.
+    assert_eq!(cache_line(&warm_err), (0, embedded), "{warm_err}");
+    assert_eq!(cold["result"], warm["result"]);
+    assert_eq!(cold["controls"], warm["controls"]);
+    // The figure of what detection needs from the model does not depend on the cache.
+    assert_eq!(
+        cold["points"][0]["model_texts"],
+        warm["points"][0]["model_texts"]
+    );
+
+    // A damaged cache costs time, never an answer: the damaged segment is dropped and its texts
+    // embedded again.
+    let segments: Vec<_> = walk(cache.path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "lgvec"))
+        .collect();
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    let mut bytes = std::fs::read(&segments[0]).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&segments[0], bytes).unwrap();
+    let (damaged_err, damaged) = eval_cached(cache.path());
+    assert_eq!(cache_line(&damaged_err), (embedded, 0), "{damaged_err}");
+    assert!(damaged_err.contains("checksum mismatch"), "{damaged_err}");
+    assert_eq!(cold["result"], damaged["result"]);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

@@ -150,7 +150,7 @@ fn config(cli: &Cli, cache_entries: usize) -> Result<Config, String> {
 }
 
 fn model(cfg: &Config) -> Result<Embedder, String> {
-    Embedder::load_model(&cfg.model).map_err(|e| e.to_string())
+    Embedder::load_batch_model(&cfg.model).map_err(|e| e.to_string())
 }
 
 fn bar(total: u64, template: &str) -> Option<indicatif::ProgressBar> {
@@ -223,6 +223,10 @@ fn run_pairs(cli: &Cli, args: &PairsArgs) -> Result<(), String> {
         written.files.len(),
         args.out_dir.display()
     );
+    embedder.persist();
+    if let Some(line) = embedder.disk_summary() {
+        eprintln!("loopguard: {line}");
+    }
     for g in &report.groups {
         if let (Some(k), Some(r)) = (g.kind, &g.recommended) {
             eprintln!(
@@ -301,6 +305,10 @@ fn run_runs(cli: &Cli, args: &RunsArgs) -> Result<(), String> {
         written.files.len(),
         args.out_dir.display()
     );
+    embedder.persist();
+    if let Some(line) = embedder.disk_summary() {
+        eprintln!("loopguard: {line}");
+    }
     match &report.recommended {
         Some(r) => {
             let p = &report.points[r.point];

@@ -109,7 +109,7 @@ pub fn run(cli: &Cli, args: &EvalArgs) -> Result<(), String> {
             ));
         }
     }
-    let embedder = Embedder::load_model(&cfg.model).map_err(|e| e.to_string())?;
+    let embedder = Embedder::load_batch_model(&cfg.model).map_err(|e| e.to_string())?;
 
     let opts = EvalOptions {
         jobs: args.jobs as usize,
@@ -157,6 +157,7 @@ pub fn run(cli: &Cli, args: &EvalArgs) -> Result<(), String> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    embedder.persist();
 
     let mut stdout = std::io::stdout().lock();
     stdout
@@ -191,5 +192,8 @@ pub fn run(cli: &Cli, args: &EvalArgs) -> Result<(), String> {
         m.on_time,
         m.loops
     );
+    if let Some(line) = embedder.disk_summary() {
+        eprintln!("loopguard: {line}");
+    }
     Ok(())
 }

@@ -53,7 +53,8 @@ pub enum Command {
     /// Run the HTTP service (POST /v1/evaluate, task and loop endpoints, /livez, /readyz,
     /// /metrics, /v1/stats, /openapi.json, a dashboard at /) with durable state.
     Serve(serve::ServeArgs),
-    /// Score recorded runs: JSONL in (a file or `-` for stdin), one JSON line per run out.
+    /// Score recorded runs: JSONL in (a file or `-` for stdin), one JSON line per run out. The
+    /// model's vectors are kept on disk (`[model] disk_cache`) for the next batch command.
     Score(score::ScoreArgs),
     /// Show how loopguard normalises and compares texts (pairwise cosine on the real model).
     Compare(compare::CompareArgs),
@@ -81,7 +82,8 @@ pub enum Command {
     Calibrate(calibrate::CalibrateArgs),
     /// Measure detection on labelled runs: precision, recall, F1, loops caught on time, early
     /// alarms, delay, by kind and rewording, every miss and false alarm with the verdict behind
-    /// it; healthy control runs flagged; events sent to the judge; optional folds and sweep.
+    /// it; healthy control runs flagged; events sent to the judge; optional folds and sweep. The
+    /// model's vectors are kept on disk (`[model] disk_cache`): a re-run embeds only new texts.
     Eval(eval::EvalArgs),
     /// List the detection rules and judge questions in priority order: id, outcome (loop or
     /// question), kinds, what each says and the settings it reads (Markdown; `--json` for JSON).

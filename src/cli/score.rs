@@ -64,7 +64,7 @@ pub fn run(cli: &Cli, args: &ScoreArgs) -> Result<(), String> {
         }
         None => None,
     };
-    let embedder = Embedder::load_model(&cfg.model).map_err(|e| e.to_string())?;
+    let embedder = Embedder::load_batch_model(&cfg.model).map_err(|e| e.to_string())?;
 
     let bar = if std::io::stderr().is_terminal() {
         let bar = match total {
@@ -113,6 +113,7 @@ pub fn run(cli: &Cli, args: &ScoreArgs) -> Result<(), String> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+    stats_handle.persist();
     if let (Some(r), Some(p)) = (report, &args.html) {
         let written = match report_error {
             Some(e) => Err(e),
@@ -138,5 +139,8 @@ pub fn run(cli: &Cli, args: &ScoreArgs) -> Result<(), String> {
         cache_misses = s.cache_misses.load(Relaxed),
         "embedding work"
     );
+    if let Some(line) = stats_handle.disk_summary() {
+        eprintln!("loopguard: {line}");
+    }
     Ok(())
 }

@@ -142,6 +142,9 @@ pub struct ModelConfig {
     pub queue_capacity: usize,
     pub queue_wait_target_ms: u64,
     pub cache_entries: usize,
+    #[serde(deserialize_with = "empty_as_none")]
+    pub disk_cache: Option<PathBuf>,
+    pub disk_cache_max_mb: u64,
 }
 
 fn empty_as_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
@@ -185,6 +188,22 @@ impl ModelConfig {
     /// The model directory as an absolute path.
     pub fn resolved_dir(&self) -> PathBuf {
         absolute(&self.dir)
+    }
+
+    /// The embedding cache on disk as an absolute path, `None` when switched off. A relative
+    /// path is placed like the model directory, judged by its parent (`models/`): the cache
+    /// itself does not exist before its first run.
+    pub fn resolved_disk_cache(&self) -> Option<PathBuf> {
+        let p = self.disk_cache.as_ref()?;
+        if p.is_absolute() {
+            return Some(p.clone());
+        }
+        Some(match (p.parent(), p.file_name()) {
+            (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => {
+                absolute(parent).join(name)
+            }
+            _ => absolute(p),
+        })
     }
 
     /// The ONNX Runtime library: the configured path, else `$ORT_DYLIB_PATH`, else the file

@@ -12,9 +12,11 @@
 //!   for fast unit tests of detector logic; it is never the default.
 
 mod backend;
+mod disk;
 mod model_thread;
 
 pub use backend::{FastEmbedBackend, StubBackend};
+pub use disk::DiskCache;
 
 use crate::config::ModelConfig;
 use lru::LruCache;
@@ -68,12 +70,21 @@ pub struct EmbedStats {
     pub texts_embedded: AtomicU64,
     pub batches: AtomicU64,
     pub model_nanos: AtomicU64,
+    /// Texts the embedding cache on disk answered instead of the model.
+    pub disk_hits: AtomicU64,
 }
 
 /// Called after every model call with its batch size and duration (for histograms).
 pub type BatchObserver = Arc<dyn Fn(usize, Duration) + Send + Sync>;
 
 impl EmbedStats {
+    /// Texts that needed a model vector: embedded by the model, or answered by the cache on
+    /// disk with the vector the model gave them in an earlier command. What detection asks of
+    /// the model, whatever the state of the disk cache.
+    pub fn model_texts(&self) -> u64 {
+        self.texts_embedded.load(Ordering::Relaxed) + self.disk_hits.load(Ordering::Relaxed)
+    }
+
     fn record_batch(&self, size: usize, took: Duration) {
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.texts_embedded
@@ -110,6 +121,8 @@ struct Inner {
     wait_target: Option<Duration>,
     failure: OnceLock<EmbedError>,
     description: OnceLock<String>,
+    /// The embedding cache on disk (batch commands only), opened by the model thread.
+    disk: OnceLock<Mutex<DiskCache>>,
 }
 
 /// Handle to the model thread. Clone it freely.
@@ -136,6 +149,9 @@ pub struct EmbedderOptions {
     pub cache_entries: usize,
     /// Told about every model call.
     pub on_batch: Option<BatchObserver>,
+    /// Keep the model's vectors on disk under this directory, bounded to this many bytes, and
+    /// answer from them first ([`DiskCache`]).
+    pub disk_cache: Option<(PathBuf, u64)>,
 }
 
 impl Default for EmbedderOptions {
@@ -147,6 +163,7 @@ impl Default for EmbedderOptions {
             queue_wait_target: None,
             cache_entries: 20_000,
             on_batch: None,
+            disk_cache: None,
         }
     }
 }
@@ -162,6 +179,9 @@ impl From<&ModelConfig> for EmbedderOptions {
             queue_wait_target: None,
             cache_entries: c.cache_entries.max(1),
             on_batch: None,
+            // The service's texts are new ones; only batch commands replay the same texts.
+            // See [`Embedder::load_batch_model`].
+            disk_cache: None,
         }
     }
 }
@@ -189,13 +209,15 @@ impl Embedder {
             wait_target: opts.queue_wait_target,
             failure: OnceLock::new(),
             description: OnceLock::new(),
+            disk: OnceLock::new(),
         });
         let thread_inner = Arc::clone(&inner);
         let limits = (opts.max_batch, opts.max_batch_tokens);
         let observer = opts.on_batch.clone();
+        let disk = opts.disk_cache.clone();
         std::thread::Builder::new()
             .name("loopguard-model".into())
-            .spawn(move || model_thread::run(load, thread_inner, rx, limits, observer))
+            .spawn(move || model_thread::run(load, thread_inner, rx, limits, observer, disk))
             .expect("spawning the model thread");
         Embedder { inner }
     }
@@ -243,6 +265,43 @@ impl Embedder {
         let e = Embedder::start_model(cfg);
         e.wait_ready()?;
         Ok(e)
+    }
+
+    /// Load the real model for a batch command (`eval`, `score`, `calibrate`): as
+    /// [`Embedder::load_model`], with the embedding cache on disk of `model.disk_cache` when set,
+    /// so a command re-run over the same texts pays the model only for new ones. Call
+    /// [`Embedder::persist`] before exiting.
+    pub fn load_batch_model(cfg: &ModelConfig) -> Result<Embedder, EmbedError> {
+        let mut opts = EmbedderOptions::from(cfg);
+        opts.disk_cache = cfg.resolved_disk_cache().map(|root| {
+            let dir = DiskCache::dir_for(&root, cfg);
+            (dir, cfg.disk_cache_max_mb.saturating_mul(1 << 20))
+        });
+        let e = Embedder::start_model_opts(cfg, opts);
+        e.wait_ready()?;
+        Ok(e)
+    }
+
+    /// Write the vectors computed since the last write to the embedding cache on disk (a no-op
+    /// without one). Vectors are also written every few thousand texts as they come.
+    pub fn persist(&self) {
+        if let Some(d) = self.inner.disk.get() {
+            d.lock().expect("disk cache lock").persist();
+        }
+    }
+
+    /// One line on the embedding cache on disk for a command's summary: where it is, what it
+    /// answered and what it wrote. `None` without one.
+    pub fn disk_summary(&self) -> Option<String> {
+        let d = self.inner.disk.get()?.lock().expect("disk cache lock");
+        Some(format!(
+            "embeddings: {} by the model, {} from the cache on disk ({}: {} held at start, {} written)",
+            self.inner.stats.texts_embedded.load(Ordering::Relaxed),
+            self.inner.stats.disk_hits.load(Ordering::Relaxed),
+            d.dir().display(),
+            d.stats.loaded.load(Ordering::Relaxed),
+            d.stats.written.load(Ordering::Relaxed),
+        ))
     }
 
     /// Block until the model is loaded (or failed to load).

@@ -11,6 +11,7 @@ pub(super) fn run<F>(
     mut rx: mpsc::Receiver<Job>,
     (max_batch, max_batch_tokens): (usize, usize),
     observer: Option<BatchObserver>,
+    disk: Option<(PathBuf, u64)>,
 ) where
     F: FnOnce() -> Result<Box<dyn EmbedBackend>, EmbedError>,
 {
@@ -36,6 +37,12 @@ pub(super) fn run<F>(
     });
     let mut backend = match loaded {
         Ok(b) => {
+            // Opened before the model is declared ready, so the first jobs already use it.
+            if let Some((root, max_bytes)) = disk {
+                if let Some(d) = DiskCache::open(&root, max_bytes) {
+                    let _ = inner.disk.set(Mutex::new(d));
+                }
+            }
             let _ = inner.description.set(b.describe());
             inner.state.store(READY, Ordering::Release);
             tracing::info!(model = %b.describe(), "embedding model ready");
@@ -135,8 +142,25 @@ fn run_jobs(
         }
         todo
     };
-    todo.sort_by_key(|t| t.len());
     let mut fresh = std::collections::HashMap::with_capacity(todo.len());
+    // The disk cache answers what an earlier command embedded; the model only what is new.
+    if let Some(disk) = inner.disk.get() {
+        let disk = disk.lock().expect("disk cache lock");
+        let mut cache = inner.cache.lock().expect("embedding cache lock");
+        todo.retain(|t| match disk.get(t) {
+            Some(v) => {
+                cache.put((*t).to_string(), Arc::clone(&v));
+                fresh.insert((*t).to_string(), v);
+                false
+            }
+            None => true,
+        });
+        inner
+            .stats
+            .disk_hits
+            .fetch_add(fresh.len() as u64, Ordering::Relaxed);
+    }
+    todo.sort_by_key(|t| t.len());
     for chunk in chunks(&todo, max_batch, max_batch_tokens) {
         let started = Instant::now();
         let vectors = backend.embed_batch(chunk)?;
@@ -162,9 +186,13 @@ fn run_jobs(
                 chunk.len()
             )));
         }
+        let mut disk = inner.disk.get().map(|d| d.lock().expect("disk cache lock"));
         let mut cache = inner.cache.lock().expect("embedding cache lock");
         for (t, v) in chunk.iter().zip(vectors) {
             let v = Vector::from(v);
+            if let Some(d) = disk.as_mut() {
+                d.put(t, &v);
+            }
             cache.put((*t).to_string(), Arc::clone(&v));
             fresh.insert((*t).to_string(), v);
         }

@@ -59,7 +59,6 @@ use crate::judge::{Judge, JudgeVerdict};
 use crate::score::{score_run_judged, Run};
 use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -434,7 +433,7 @@ pub fn evaluate(
         .sum();
     for (pi, point) in points.iter().enumerate() {
         let point_started = Instant::now();
-        let embedded_before = embedder.stats().texts_embedded.load(Relaxed);
+        let embedded_before = embedder.stats().model_texts();
         let (judge, counter) = judge_for(&point.config)?;
         let mut pass = |file: &str, runs: &ToReplay| -> Result<Vec<Replayed>, EvalError> {
             let total = runs.len();
@@ -476,7 +475,7 @@ pub fn evaluate(
             controls: controls_out,
             seconds: point_started.elapsed().as_secs_f64(),
             judge_calls,
-            model_texts: embedder.stats().texts_embedded.load(Relaxed) - embedded_before,
+            model_texts: embedder.stats().model_texts() - embedded_before,
             events: replayed_events,
         });
     }

@@ -312,7 +312,8 @@ fn runs_section(runs: &[RunRecord]) -> String {
 }
 
 /// How much of the replay needed the model (the first point: later sweep points find most texts
-/// in the embedding cache).
+/// in the embedding cache). Counted whether the model embedded a text now or the cache on disk
+/// kept its vector from an earlier command, so the figure describes detection, not the cache.
 fn model_texts(p: &super::PointReport, with_controls: bool) -> String {
     let per_event = if p.events == 0 {
         0.0
@@ -320,7 +321,7 @@ fn model_texts(p: &super::PointReport, with_controls: bool) -> String {
         p.model_texts as f64 / p.events as f64
     };
     format!(
-        "; it embedded {} texts for the {} events replayed{} ({:.2} per event)",
+        "; detection needed the model's vectors of {} texts for the {} events replayed{} ({:.2} per event)",
         p.model_texts,
         p.events,
         if with_controls {

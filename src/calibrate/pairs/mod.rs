@@ -39,7 +39,6 @@ use crate::state::TextSig;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 /// One labelled pair.
@@ -341,7 +340,7 @@ pub fn calibrate_pairs(
         }
     }
     let started = Instant::now();
-    let embedded_before = embedder.stats().texts_embedded.load(Relaxed);
+    let embedded_before = embedder.stats().model_texts();
     let mut vectors: Vec<Vector> = Vec::with_capacity(texts.len());
     progress(0, texts.len());
     for chunk in texts.chunks(opts.batch.max(1)) {
@@ -350,7 +349,7 @@ pub fn calibrate_pairs(
     }
     let embedding = EmbeddingWork {
         texts: texts.len(),
-        embedded: embedder.stats().texts_embedded.load(Relaxed) - embedded_before,
+        embedded: embedder.stats().model_texts() - embedded_before,
         seconds: started.elapsed().as_secs_f64(),
     };
 

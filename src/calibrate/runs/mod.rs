@@ -34,7 +34,6 @@ use crate::score::{parse_run, score_run, Run};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -348,7 +347,7 @@ pub fn calibrate_runs(
     let mut reports = Vec::with_capacity(points.len());
     for (pi, point) in points.iter().enumerate() {
         let started = Instant::now();
-        let embedded_before = embedder.stats().texts_embedded.load(Relaxed);
+        let embedded_before = embedder.stats().model_texts();
         let outcomes = rt.block_on(score_all(
             Arc::clone(&point.config),
             embedder.clone(),
@@ -365,7 +364,7 @@ pub fn calibrate_runs(
         ))?;
         let mut report = measure(&point.settings, runs, &outcomes);
         report.seconds = started.elapsed().as_secs_f64();
-        report.texts_embedded = embedder.stats().texts_embedded.load(Relaxed) - embedded_before;
+        report.texts_embedded = embedder.stats().model_texts() - embedded_before;
         reports.push(report);
     }
 
