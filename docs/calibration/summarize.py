@@ -380,9 +380,10 @@ def markdown(r):
             first, later = st["points"][0], st["points"][1:]
             if later:
                 secs = sorted(x["seconds"] for x in later)
-                w(f"\nOne embedder serves the sweep: the first point took {first['seconds']:.0f} s and embedded "
-                  f"{first['texts_embedded']} texts; the {len(later)} later points took {secs[len(secs) // 2]:.0f} s each "
-                  f"(median) and embedded {sum(x['texts_embedded'] for x in later)} texts between them.\n")
+                w(f"\nOne embedder serves the sweep: the first point took {first['seconds']:.0f} s and needed the "
+                  f"model's vectors of {first['texts_embedded']} texts (embedded, or kept on disk by an earlier command); "
+                  f"the {len(later)} later points took {secs[len(secs) // 2]:.0f} s each (median) and needed "
+                  f"{sum(x['texts_embedded'] for x in later)} more between them.\n")
         w(f"\n![F1]({sub}/runs-f1.svg) ![false alarms]({sub}/runs-false-alarms.svg)\n")
 
     chk = r.get("taubench_check")

@@ -39,6 +39,7 @@ use crate::state::TextSig;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 /// One labelled pair.
@@ -281,8 +282,11 @@ impl GroupReport {
 pub struct EmbeddingWork {
     /// Distinct prepared texts.
     pub texts: usize,
-    /// Texts the model embedded (the rest came from the cache).
+    /// Texts the model embedded now.
     pub embedded: u64,
+    /// Texts the embedding cache on disk answered with the vector an earlier command's model
+    /// gave them (the rest of `texts` came from the in-memory cache).
+    pub from_disk: u64,
     pub seconds: f64,
 }
 
@@ -340,7 +344,11 @@ pub fn calibrate_pairs(
         }
     }
     let started = Instant::now();
-    let embedded_before = embedder.stats().model_texts();
+    let stats = embedder.stats();
+    let (embedded_before, disk_before) = (
+        stats.texts_embedded.load(Relaxed),
+        stats.disk_hits.load(Relaxed),
+    );
     let mut vectors: Vec<Vector> = Vec::with_capacity(texts.len());
     progress(0, texts.len());
     for chunk in texts.chunks(opts.batch.max(1)) {
@@ -349,7 +357,8 @@ pub fn calibrate_pairs(
     }
     let embedding = EmbeddingWork {
         texts: texts.len(),
-        embedded: embedder.stats().model_texts() - embedded_before,
+        embedded: stats.texts_embedded.load(Relaxed) - embedded_before,
+        from_disk: stats.disk_hits.load(Relaxed) - disk_before,
         seconds: started.elapsed().as_secs_f64(),
     };
 

@@ -342,8 +342,8 @@ fn markdown(r: &PairsReport, charts: &[(String, Vec<String>)]) -> String {
         s.push_str(&format!("- `{}`: {}\n", sc.as_str(), sc.description()));
     }
     s.push_str(&format!(
-        "\nEmbedding: {} distinct texts, {} embedded by the model, {:.1} s.\n",
-        r.embedding.texts, r.embedding.embedded, r.embedding.seconds
+        "\nEmbedding: {} distinct texts, {} embedded by the model, {} from the embedding cache on disk, {:.1} s.\n",
+        r.embedding.texts, r.embedding.embedded, r.embedding.from_disk, r.embedding.seconds
     ));
     s
 }

@@ -259,7 +259,7 @@ fn markdown(r: &RunsReport, charts: &[String]) -> String {
             "early alarms",
             "mean delay",
             "seconds",
-            "texts embedded",
+            "model texts",
         ]
         .map(String::from),
     );
@@ -296,8 +296,9 @@ fn markdown(r: &RunsReport, charts: &[String]) -> String {
         later.sort_by(f64::total_cmp);
         let embedded_later: u64 = r.points[1..].iter().map(|p| p.texts_embedded).sum();
         s.push_str(&format!(
-            "\nOne embedder serves the whole sweep: the first point took {:.1} s and embedded {} texts; \
-             the {} later points took {:.1} s each (median) and embedded {} texts between them.\n",
+            "\nOne embedder serves the whole sweep: the first point took {:.1} s and needed the model's \
+             vectors of {} texts (embedded, or kept on disk by an earlier command); the {} later points \
+             took {:.1} s each (median) and needed {} more between them.\n",
             first.seconds,
             first.texts_embedded,
             r.points.len() - 1,
