@@ -41,8 +41,10 @@ pub fn key(text: &str) -> Key {
 /// What the cache did, for the command's summary.
 #[derive(Debug, Default)]
 pub struct DiskStats {
-    pub loaded: AtomicU64,
-    pub written: AtomicU64,
+    /// Vectors held at start.
+    pub loaded: u64,
+    /// Vectors written by this command.
+    pub written: u64,
 }
 
 pub struct DiskCache {
@@ -141,9 +143,7 @@ impl DiskCache {
                 }
             }
         }
-        self.stats
-            .loaded
-            .store(self.vectors.len() as u64, Ordering::Relaxed);
+        self.stats.loaded = self.vectors.len() as u64;
         if read.len() > MERGE_ABOVE {
             let all: Vec<(Key, Vector)> = self
                 .vectors
@@ -187,11 +187,7 @@ impl DiskCache {
         }
         let pending = std::mem::take(&mut self.pending);
         match self.write_segment(&pending) {
-            Ok(()) => {
-                self.stats
-                    .written
-                    .fetch_add(pending.len() as u64, Ordering::Relaxed);
-            }
+            Ok(()) => self.stats.written += pending.len() as u64,
             Err(e) => {
                 self.broken = true;
                 tracing::warn!(dir = %self.dir.display(), error = %e, "embedding cache on disk: write failed; not writing more this run");
@@ -327,7 +323,7 @@ mod tests {
         // The same text twice is stored once.
         first.put("ls -la", &vector(0.1));
         first.persist();
-        assert_eq!(first.stats.written.load(Ordering::Relaxed), 2);
+        assert_eq!(first.stats.written, 2);
         // Nothing new: no empty segment.
         first.persist();
         assert_eq!(segment_files(tmp.path()).len(), 1);
@@ -428,7 +424,7 @@ mod tests {
         c.put("a", &vector(1.0));
         c.persist();
         assert!(c.broken);
-        assert_eq!(c.stats.written.load(Ordering::Relaxed), 0);
+        assert_eq!(c.stats.written, 0);
         assert!(
             c.get("a").is_some(),
             "still answers this command from memory"

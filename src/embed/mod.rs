@@ -299,8 +299,8 @@ impl Embedder {
             self.inner.stats.texts_embedded.load(Ordering::Relaxed),
             self.inner.stats.disk_hits.load(Ordering::Relaxed),
             d.dir().display(),
-            d.stats.loaded.load(Ordering::Relaxed),
-            d.stats.written.load(Ordering::Relaxed),
+            d.stats.loaded,
+            d.stats.written,
         ))
     }
 
