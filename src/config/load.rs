@@ -217,6 +217,14 @@ impl Config {
                 ),
             );
         }
+        if self.model.disk_cache_max_mb == 0 {
+            return bad(
+                "model.disk_cache_max_mb",
+                "must be at least 1 (each run would delete what the last one wrote); set \
+                 model.disk_cache = \"\" to switch the cache off"
+                    .into(),
+            );
+        }
         if self.server.task_log_audit_kept == 0 {
             return bad("server.task_log_audit_kept", "must be at least 1".into());
         }

@@ -220,3 +220,26 @@ fn a_response_repeat_count_beyond_the_window_is_refused_with_both_keys() {
             .unwrap();
     assert_eq!(ok.detect.repeats.response, 4);
 }
+
+#[test]
+fn the_embedding_cache_on_disk_sits_beside_the_model_and_switches_off_when_empty() {
+    let c = Config::default();
+    // The tests run in the checkout, where `models/` exists: the cache goes there.
+    assert_eq!(
+        c.model.resolved_disk_cache(),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/embedding-cache"))
+    );
+    let off = Config::from_toml_str("[model]\ndisk_cache = \"\"\n").unwrap();
+    assert_eq!(off.model.resolved_disk_cache(), None);
+    let abs = Config::from_toml_str("[model]\ndisk_cache = \"/var/cache/lg\"\n").unwrap();
+    assert_eq!(
+        abs.model.resolved_disk_cache(),
+        Some(PathBuf::from("/var/cache/lg"))
+    );
+    let err = Config::from_toml_str("[model]\ndisk_cache_max_mb = 0\n").unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("model.disk_cache_max_mb") && msg.contains("model.disk_cache = \"\""),
+        "{msg}"
+    );
+}
