@@ -432,6 +432,48 @@ mod tests {
     }
 
     #[test]
+    fn two_commands_at_once_each_add_their_segment_and_the_next_sees_both() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let writers: Vec<_> = ["a", "b"]
+            .into_iter()
+            .map(|name| {
+                let dir = dir.clone();
+                std::thread::spawn(move || {
+                    let mut c = DiskCache::open(&dir, 1 << 30).unwrap();
+                    for i in 0..50 {
+                        c.put(&format!("{name} {i}"), &vector(i as f32));
+                        c.persist();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        // 100 segments, merged by the next command to open the cache: nothing lost.
+        let next = DiskCache::open(&dir, 1 << 30).unwrap();
+        assert_eq!(next.len(), 100);
+        assert_eq!(next.get("b 49").unwrap()[..], vector(49.0)[..]);
+        assert_eq!(segment_files(&dir).len(), 1);
+    }
+
+    #[test]
+    fn a_long_command_writes_as_it_goes_not_only_at_its_end() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = DiskCache::open(tmp.path(), 1 << 30).unwrap();
+        for i in 0..FLUSH_EVERY {
+            c.put(&format!("text {i}"), &vector(1.0));
+        }
+        // No persist(): a command killed now keeps what it embedded so far.
+        assert_eq!(c.stats.written, FLUSH_EVERY as u64);
+        assert_eq!(
+            DiskCache::open(tmp.path(), 1 << 30).unwrap().len(),
+            FLUSH_EVERY
+        );
+    }
+
+    #[test]
     fn another_model_or_token_limit_is_another_directory() {
         let tmp = tempfile::tempdir().unwrap();
         let base = ModelConfig::default();
