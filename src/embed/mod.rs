@@ -244,7 +244,17 @@ impl Embedder {
         Embedder::start_model_opts(cfg, opts)
     }
 
-    fn start_model_opts(cfg: &ModelConfig, opts: EmbedderOptions) -> Embedder {
+    fn start_model_opts(cfg: &ModelConfig, mut opts: EmbedderOptions) -> Embedder {
+        let model = cfg.resolved_dir().join("model.onnx");
+        if opts.max_batch > 1 && quantizes_activations_per_call(&model) {
+            tracing::info!(
+                model = %model.display(),
+                max_batch = opts.max_batch,
+                "the model quantizes its activations with one scale per call: one text per model \
+                 call, so each text's vector depends on that text alone"
+            );
+            opts.max_batch = 1;
+        }
         let cfg2 = cfg.clone();
         Embedder::start(
             move || FastEmbedBackend::load(&cfg2).map(|b| Box::new(b) as Box<dyn EmbedBackend>),
@@ -506,6 +516,19 @@ impl Embedder {
     }
 }
 
+/// Whether the ONNX model at `path` quantizes activations at run time (`DynamicQuantizeLinear`,
+/// what `quantize_dynamic` writes, as in `models/fetch.py --int8`). That operator takes one scale
+/// for its whole input — every text of a call — so a text embedded beside others gets a vector
+/// that depends on them (pair cosines moved by up to 0.045 on agent texts), and verdicts would
+/// depend on the load. Such a model is run one text per call. The operator's name is stored as
+/// plain bytes in the file; a file that cannot be read is left to the loader to report.
+pub fn quantizes_activations_per_call(path: &Path) -> bool {
+    const OP: &[u8] = b"DynamicQuantizeLinear";
+    std::fs::read(path)
+        .map(|bytes| bytes.windows(OP.len()).any(|w| w == OP))
+        .unwrap_or(false)
+}
+
 /// Cosine similarity of two L2-normalised vectors (their dot product).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     ndarray::ArrayView1::from(a).dot(&ndarray::ArrayView1::from(b))
@@ -515,6 +538,20 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn a_model_that_quantizes_its_activations_per_call_is_recognised_by_its_operator() {
+        let dir = tempfile::tempdir().unwrap();
+        let dynamic = dir.path().join("dynamic.onnx");
+        let float = dir.path().join("float.onnx");
+        std::fs::write(&dynamic, b"\x08\x07...\x12\x15DynamicQuantizeLinear\x1a...").unwrap();
+        std::fs::write(&float, b"\x08\x07...MatMul...Cast...QuantizeLinear").unwrap();
+        assert!(quantizes_activations_per_call(&dynamic));
+        assert!(!quantizes_activations_per_call(&float));
+        assert!(!quantizes_activations_per_call(
+            &dir.path().join("absent.onnx")
+        ));
+    }
 
     struct Counting(Arc<AtomicUsize>, Arc<Mutex<Vec<usize>>>);
     impl EmbedBackend for Counting {
