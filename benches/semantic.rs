@@ -11,6 +11,11 @@
 //! 0.8 ms busy pause between one-text calls (the gap the service leaves between a lone caller's
 //! events: store commit, HTTP; busy, as the service's other threads are): what the model
 //! itself loses when it is not called continuously.
+//!
+//! `LOOPGUARD_MODEL__DIR` chooses the model for both sides (the service inherits it): run the
+//! bench once as shipped and once with `models/all-MiniLM-L6-v2-int8` (`models/fetch.py --int8`)
+//! to compare the two. The model alone is always measured in calls of 32 too, which an int8
+//! model is not run with in the service (one text per call: `quantizes_activations_per_call`).
 
 mod common;
 
@@ -84,7 +89,8 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
     common::require_wrk();
-    let cfg = loopguard::Config::default();
+    let cfg = loopguard::Config::load_with_env(None, &[]).expect("LOOPGUARD_* settings");
+    println!("model: {}", cfg.model.resolved_dir().display());
     if std::env::var("SEMANTIC_EXPLORE").is_ok() {
         for threads in [1usize, 2] {
             let mut m = cfg.model.clone();
