@@ -21,7 +21,7 @@ With --int8, also (opt-in; docs/PERFORMANCE.md, "The model's matrix products in 
 
 The published export stores int8 weights but casts them back to fp32 when it loads, so every
 matrix product runs in fp32. The derivation folds those casts and re-quantizes the 36 weight
-matrices per output channel (unsigned 8-bit, ONNX Runtime's own `quantize_dynamic`): about 2x
+matrices per output channel (unsigned 8-bit, ONNX Runtime's own `quantize_dynamic`): about 1.8x
 the texts/s, with pair cosines that move by ~0.01 (up to ~0.04), so verdicts at a threshold's
 edge can change. It is deterministic; its result's sha256 is checked like a download's. Its
 tools (onnx, onnxruntime, numpy, ...) are pip-installed into a temporary directory, not into the
