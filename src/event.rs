@@ -140,12 +140,18 @@ pub struct Response {
     pub chunk: bool,
 }
 
-/// One agent asking another for help (collaboration loops).
+/// One agent (or a person) writing to another, or to a group (collaboration loops).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Collaboration {
     pub from_agent: String,
+    /// The addressee: an agent, a person, or a group (see `to_group`).
     pub to_agent: String,
     pub request: String,
+    /// `to_agent` is a group (a chat manager, a channel): every member sees the message, and
+    /// any other member's message answers it. When absent, an addressee that two or more
+    /// agents write to and that never writes itself is taken for a group.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub to_group: bool,
 }
 
 /// A workflow state transition.

@@ -154,6 +154,10 @@ pub enum EntryBody {
     Collaboration {
         from_agent: String,
         to_agent: String,
+        /// The sender said `to_agent` is a group (`to_group`): every member sees the message.
+        /// Groups are also inferred from who writes to whom ([`crate::detect::collaboration`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        to_group: bool,
         /// The prose of the request (its artifacts taken out), with the identities of the
         /// artifacts it names as `ids`: two messages are the same only when those agree.
         sig: TextSig,

@@ -22,13 +22,14 @@
 use super::repeat::{how, strongest};
 use super::{fmt_cos, Ctx, Finding, Link};
 use crate::signature::artifact::ChangeKind;
-use crate::state::{EntryBody, TaskState, TextSig};
+use crate::state::{Entry, EntryBody, TaskState, TextSig};
 use crate::verdict::LoopKind;
 
 /// The parts of a collaboration message the rules read.
 struct Message<'a> {
     from: &'a str,
     to: &'a str,
+    to_group: bool,
     sig: &'a TextSig,
     protocol: bool,
 }
@@ -38,12 +39,14 @@ fn message(body: &EntryBody) -> Option<Message<'_>> {
         EntryBody::Collaboration {
             from_agent,
             to_agent,
+            to_group,
             sig,
             protocol,
             ..
         } => Some(Message {
             from: from_agent,
             to: to_agent,
+            to_group: *to_group,
             sig,
             protocol: *protocol,
         }),
@@ -56,15 +59,178 @@ fn is_delivery(sig: &TextSig) -> bool {
     !sig.ids.is_empty()
 }
 
-/// Did a collaboration message reach `agent` strictly between two seqs (an answer, or news from
-/// anyone)?
-fn heard(state: &TaskState, agent: &str, older: u64, newer: u64) -> bool {
+/// Who a request is from and to, and how the task's events answer it.
+///
+/// A message to a group (a chat manager relaying to every member) reaches every member, so
+/// another member's message answers it. A group is named so by the message (`to_group`), or
+/// inferred: an addressee that two or more agents write to and that never writes itself. And
+/// whatever happens after a request that its sender did not do — a message to the sender, one
+/// from the addressee, a call, a failure or a response by anyone else (an event with no agent is
+/// the addressee's: when a user writes to an agent, its responses and tool calls are its answer)
+/// — answers it.
+struct Request<'a> {
+    from: &'a str,
+    to: &'a str,
+    group: bool,
+}
+
+impl<'a> Request<'a> {
+    fn of(state: &TaskState, m: &Message<'a>) -> Request<'a> {
+        Request {
+            from: m.from,
+            to: m.to,
+            group: m.to_group || is_group(state, m.to),
+        }
+    }
+
+    /// Does `e` (done after the request) answer it?
+    fn answers(&self, e: &Entry) -> bool {
+        match message(&e.body) {
+            Some(m) => {
+                m.from != self.from
+                    && (m.to == self.from || m.from == self.to || self.group && m.to == self.to)
+            }
+            None => {
+                matches!(
+                    e.body,
+                    EntryBody::ToolCall { .. }
+                        | EntryBody::Failure { .. }
+                        | EntryBody::Response { .. }
+                ) && e.agent_id.as_deref() != Some(self.from)
+            }
+        }
+    }
+
+    /// Was it answered strictly between two seqs?
+    fn answered(&self, state: &TaskState, older: u64, newer: u64) -> bool {
+        between(state, older, newer).any(|e| self.answers(e))
+    }
+
+    /// Has anything ever answered its sender before `seq`? A request to an addressee never
+    /// heard from cannot be known to go unanswered: its turns are not in the record.
+    fn heard_before(&self, state: &TaskState, seq: u64) -> bool {
+        state
+            .window
+            .iter()
+            .take_while(|e| e.seq < seq)
+            .any(|e| self.answers(e))
+    }
+
+    /// Did the answers strictly between two seqs bring anything new: an artifact not seen
+    /// before or a new version of one, or work, a message or a response that repeats nothing
+    /// earlier (a failure outside the agent's control, and anything the sender did, aside)? A
+    /// request that comes back after answers that brought nothing new is asked again because
+    /// nothing moved.
+    fn moved(&self, state: &TaskState, older: u64, newer: u64) -> bool {
+        between(state, older, newer)
+            .filter(|e| author(e) != Some(self.from))
+            .any(|e| brought_news(state, e))
+    }
+}
+
+fn between(state: &TaskState, older: u64, newer: u64) -> impl Iterator<Item = &Entry> {
     state
         .window
         .iter()
-        .filter(|e| e.seq > older && e.seq < newer)
-        .filter_map(|e| message(&e.body))
-        .any(|m| m.to == agent)
+        .filter(move |e| e.seq > older && e.seq < newer)
+}
+
+/// Is the new event a message to an addressee never heard from in the window (nothing ever
+/// answered its sender)? Such an addressee's turns are not in the record, so what moved between
+/// two of these messages is unknown: they are not compared as the same request.
+pub fn to_the_unheard(state: &TaskState, e: &Entry) -> bool {
+    message(&e.body).is_some_and(|m| {
+        let r = Request::of(state, &m);
+        !r.heard_before(state, e.seq)
+    })
+}
+
+/// For a work pattern that repeats (a cycle): did the answer to the request at `newer` (a
+/// message), since its counterpart at `older`, bring anything new? A person or an agent repeating
+/// a request answered with news each time is following the work, not circling.
+pub fn answered_with_news(state: &TaskState, newer: &Entry, older: u64) -> bool {
+    message(&newer.body).is_some_and(|m| {
+        let r = Request::of(state, &m);
+        r.moved(state, older, newer.seq)
+    })
+}
+
+/// Who did an event: a message's sender, else the envelope's agent (none for a bare event).
+fn author(e: &Entry) -> Option<&str> {
+    match &e.body {
+        EntryBody::Collaboration { from_agent, .. } => Some(from_agent),
+        _ => e.agent_id.as_deref(),
+    }
+}
+
+/// Is `name` a group in this task: a message to it said so, or two or more agents write to it
+/// and it never writes itself.
+fn is_group(state: &TaskState, name: &str) -> bool {
+    let mut senders: Vec<&str> = Vec::new();
+    for m in state.window.iter().filter_map(|e| message(&e.body)) {
+        if m.to == name && m.to_group {
+            return true;
+        }
+        if m.from == name {
+            return false;
+        }
+        if m.to == name && !senders.contains(&m.from) {
+            senders.push(m.from);
+        }
+    }
+    senders.len() >= 2
+}
+
+/// Did an event bring anything new (see [`Request::moved`])? An event the identity links found
+/// the same as an earlier one did not; nor did a short protocol turn said before in the same
+/// words ("OK", "Too high."; said for the first time, "62" is a move), nor a call that failed
+/// with the error lines an earlier call ended in (it learned nothing the task did not know).
+fn brought_news(state: &TaskState, e: &Entry) -> bool {
+    let fresh = e.same_as.is_empty();
+    match &e.body {
+        EntryBody::Collaboration {
+            from_agent,
+            sig,
+            artifacts,
+            protocol,
+            ..
+        } => {
+            if artifacts
+                .iter()
+                .any(|a| matches!(a.change, ChangeKind::New | ChangeKind::Changed))
+            {
+                return true;
+            }
+            if *protocol {
+                return !state.window.iter().take_while(|w| w.seq < e.seq).any(|w| {
+                    matches!(&w.body, EntryBody::Collaboration { from_agent: f, sig: s, .. }
+                        if f == from_agent && s.norm == sig.norm)
+                });
+            }
+            fresh && artifacts.is_empty()
+        }
+        EntryBody::ToolCall {
+            passive, result, ..
+        } => {
+            if *passive || !fresh {
+                return false;
+            }
+            match result {
+                Some(r) if r.external => false,
+                Some(r) => r.outcome.as_ref().is_none_or(|o| {
+                    !state.window.iter().take_while(|w| w.seq < e.seq).any(|w| {
+                        matches!(&w.body, EntryBody::ToolCall { result: Some(wr), .. }
+                            if wr.outcome.as_ref().is_some_and(|wo| wo.exact == o.exact))
+                    })
+                }),
+                None => true,
+            }
+        }
+        EntryBody::Failure { external, .. } => fresh && !external,
+        EntryBody::Response { .. } => fresh,
+        EntryBody::Progress { .. } => true,
+        _ => false,
+    }
 }
 
 /// Did `agent` deliver anything new strictly between two seqs: an artifact not seen before, or a
@@ -95,7 +261,11 @@ fn delivered(state: &TaskState, agent: &str, older: u64, newer: u64) -> bool {
 /// `returning_similarity`, below the grey band. (The judge's grey-band question.)
 pub fn grey_would_loop(ctx: &Ctx<'_>, candidate: u64) -> bool {
     message(&ctx.entry.body).is_some_and(|m| {
-        !m.protocol && !is_delivery(m.sig) && !heard(ctx.state, m.from, candidate, ctx.entry.seq)
+        let r = Request::of(ctx.state, &m);
+        !m.protocol
+            && !is_delivery(m.sig)
+            && !r.answered(ctx.state, candidate, ctx.entry.seq)
+            && r.heard_before(ctx.state, candidate)
     })
 }
 
@@ -105,17 +275,22 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     if m.protocol || is_delivery(m.sig) {
         return None;
     }
-    // The unanswered run: earlier occurrences, newest first, with nothing reaching A between.
+    let r = Request::of(ctx.state, &m);
+    // The unanswered run: earlier occurrences, newest first, with nothing answering between.
     let mut chain: Vec<&Link> = Vec::new();
     let mut newer = ctx.entry.seq;
     for l in ctx.same_links() {
-        if heard(ctx.state, m.from, l.seq, newer) {
+        if r.answered(ctx.state, l.seq, newer) {
             break;
         }
         chain.push(l);
         newer = l.seq;
     }
-    if chain.len() < ctx.cfg.repeats.collaboration {
+    if chain.len() < ctx.cfg.repeats.collaboration
+        || !chain
+            .last()
+            .is_some_and(|first| r.heard_before(ctx.state, first.seq))
+    {
         return None;
     }
     let best = strongest(chain.iter().copied())?;
@@ -142,15 +317,7 @@ pub fn unchanged_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
         return None;
     }
     let cfg = &ctx.cfg.collaboration;
-    // Earlier occurrences, newest first: the same request, or one close enough to be it
-    // reworded now that it keeps coming back.
-    let back: Vec<&Link> = ctx
-        .links
-        .iter()
-        .rev()
-        .filter(|l| !l.stale)
-        .filter(|l| l.same || l.cos.is_some_and(|c| c >= cfg.returning_similarity))
-        .collect();
+    let back = returns(ctx, cfg.returning_similarity);
     if back.len() + 1 < cfg.occurrences.max(2) {
         return None;
     }
@@ -159,10 +326,17 @@ pub fn unchanged_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
     // A review round: every return was answered. A request that came back with nothing
     // reaching its sender between is re-sent unanswered, `same_request`'s case at its own
     // (higher) threshold; the lower cosine here rests on the rounds.
-    if !seqs
-        .windows(2)
-        .all(|w| heard(ctx.state, m.from, w[0], w[1]))
-    {
+    let r = Request::of(ctx.state, &m);
+    if !seqs.windows(2).all(|w| r.answered(ctx.state, w[0], w[1])) {
+        return None;
+    }
+    // A review of artifacts: the agent asked answers with them. Where no answer carries any,
+    // what moved is `asked_again`'s to judge.
+    let reviewed = between(ctx.state, seqs[0], ctx.entry.seq).any(|e| {
+        matches!(&e.body, EntryBody::Collaboration { from_agent, artifacts, .. }
+            if from_agent == m.to && !artifacts.is_empty())
+    });
+    if !reviewed {
         return None;
     }
     // A return with nothing new delivered by the agent asked since the occurrence before it:
@@ -192,12 +366,65 @@ pub fn unchanged_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
     Some(f)
 }
 
+/// Rule `collaboration.asked_again`.
+pub fn asked_again(ctx: &Ctx<'_>) -> Option<Finding> {
+    let m = message(&ctx.entry.body)?;
+    if m.protocol || is_delivery(m.sig) {
+        return None;
+    }
+    let cfg = &ctx.cfg.collaboration;
+    let back = returns(ctx, cfg.returning_similarity);
+    if back.len() + 1 < cfg.occurrences.max(2) {
+        return None;
+    }
+    let mut seqs: Vec<u64> = back.iter().rev().map(|l| l.seq).collect();
+    seqs.push(ctx.entry.seq);
+    let r = Request::of(ctx.state, &m);
+    // Answered each time: a request re-sent unanswered is `same_request`'s.
+    if !seqs.windows(2).all(|w| r.answered(ctx.state, w[0], w[1])) {
+        return None;
+    }
+    // Asked again after answers that brought nothing new: nothing moved.
+    let idle = seqs.windows(2).find(|w| !r.moved(ctx.state, w[0], w[1]))?;
+    let newest = back[0];
+    let listed: Vec<String> = seqs[..seqs.len() - 1].iter().map(u64::to_string).collect();
+    let mut f = Finding::new(
+        LoopKind::CollaborationLoop,
+        format!(
+            "{} asked {} the same thing a {} time (before: seq {}; closest {}, cosine {}), answered each time; nothing new came back between seq {} and seq {}",
+            m.from,
+            m.to,
+            ordinal(seqs.len()),
+            listed.join(", "),
+            newest.seq,
+            fmt_cos(newest.similarity()),
+            idle[0],
+            idle[1]
+        ),
+    );
+    f.matched = Some(newest.seq);
+    f.similarity = newest.similarity();
+    Some(f)
+}
+
+/// Earlier occurrences of the new request, newest first: the same request, or one close enough
+/// to be it reworded now that it keeps coming back.
+fn returns<'c>(ctx: &'c Ctx<'_>, similarity: f32) -> Vec<&'c Link> {
+    ctx.links
+        .iter()
+        .rev()
+        .filter(|l| !l.stale)
+        .filter(|l| l.same || l.cos.is_some_and(|c| c >= similarity))
+        .collect()
+}
+
 /// Rule `collaboration.resent_artifact`.
 pub fn resent_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
     let m = message(&ctx.entry.body)?;
     if m.protocol || !is_delivery(m.sig) {
         return None;
     }
+    let r = Request::of(ctx.state, &m);
     // The same delivery, A to B, newest first, with nothing between but more of it.
     let mut chain: Vec<u64> = Vec::new();
     let mut newer = ctx.entry.seq;
@@ -209,7 +436,7 @@ pub fn resent_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
             continue;
         }
         let live = ctx.link(e.seq).is_some_and(|l| !l.stale);
-        if o.sig.ids != m.sig.ids || !live || heard(ctx.state, m.from, e.seq, newer) {
+        if o.sig.ids != m.sig.ids || !live || r.answered(ctx.state, e.seq, newer) {
             break;
         }
         chain.push(e.seq);
@@ -257,7 +484,7 @@ fn ordinal(n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{detect, resent_artifact, unchanged_artifact};
+    use super::{asked_again, detect, resent_artifact, unchanged_artifact};
     use crate::detect::testkit::Scene;
     use crate::verdict::LoopKind;
     use serde_json::json;
@@ -276,6 +503,9 @@ mod tests {
     #[test]
     fn the_same_request_to_the_same_agent_is_a_loop_but_not_to_another() {
         let mut s = Scene::new();
+        // qa and qa_lead answer requests in this task: their silence is an answer withheld.
+        s.push(ask("qa", "dev", "Ready for the next review."));
+        s.push(ask("qa_lead", "dev", "Ready too."));
         assert!(s
             .detect(detect, ask("dev", "qa", "Please review the login page"))
             .is_none());
@@ -289,7 +519,131 @@ mod tests {
             .detect(detect, ask("dev", "qa", "Please review the login page"))
             .expect("asked qa again");
         assert_eq!(f.kind, LoopKind::CollaborationLoop);
-        assert_eq!(f.matched, Some(1));
+        assert_eq!(f.matched, Some(3));
+    }
+
+    #[test]
+    fn a_request_to_an_addressee_never_heard_from_is_not_known_to_go_unanswered() {
+        // The addressee's turns are not in the record (a retrieval proxy that answers with new
+        // context): what moved between two requests is unknown.
+        let mut s = Scene::new();
+        for _ in 0..4 {
+            let p = s.probe(ask(
+                "assistant",
+                "proxy",
+                "UPDATE CONTEXT. No answer in the context.",
+            ));
+            assert!(p.entry.same_as.is_empty(), "{:?}", p.entry.same_as);
+            s.push(ask(
+                "assistant",
+                "proxy",
+                "UPDATE CONTEXT. No answer in the context.",
+            ));
+        }
+    }
+
+    #[test]
+    fn another_members_message_answers_a_message_to_a_group() {
+        let mut s = Scene::new();
+        s.push(ask("planner", "chat_manager", "Let us plan the migration."));
+        s.push(ask("coder", "chat_manager", "I will write the script."));
+        // The manager relays to everyone: the coder's message answered the planner's.
+        s.push(ask(
+            "planner",
+            "chat_manager",
+            "Please write the migration script.",
+        ));
+        s.push(ask("coder", "chat_manager", "Here is the first draft."));
+        assert!(s
+            .detect(
+                detect,
+                ask(
+                    "planner",
+                    "chat_manager",
+                    "Please write the migration script."
+                )
+            )
+            .is_none());
+        // Re-sent with no member answering between: the group heard it and said nothing.
+        assert!(s
+            .detect(
+                detect,
+                ask(
+                    "planner",
+                    "chat_manager",
+                    "Please write the migration script."
+                )
+            )
+            .is_some());
+        // Said to be a group from its first message on, before a second member writes.
+        let mut s = Scene::new();
+        s.push(json!({"type": "collaboration", "from_agent": "a", "to_agent": "team", "request": "Status?", "to_group": true}));
+        s.push(ask("b", "team", "All green."));
+        assert!(s
+            .detect(detect, json!({"type": "collaboration", "from_agent": "a", "to_agent": "team", "request": "Status?", "to_group": true}))
+            .is_none());
+    }
+
+    #[test]
+    fn the_addressees_work_answers_a_request() {
+        // A user writes to an agent; the agent's response and tool call answer it.
+        let mut s = Scene::new();
+        s.push(ask("user", "agent", "Run the tests please."));
+        s.push(json!({"type": "response", "text": "Running them now."}));
+        s.push(crate::detect::testkit::bash("pytest", "3 passed"));
+        assert!(s
+            .detect(detect, ask("user", "agent", "Run the tests please."))
+            .is_none());
+    }
+
+    #[test]
+    fn a_request_asked_again_after_answers_that_changed_nothing_is_a_loop() {
+        let mut s = Scene::new();
+        let fail = || {
+            crate::detect::testkit::bash_err(
+                "python app.py",
+                "ModuleNotFoundError: No module named 'flask'",
+            )
+        };
+        s.push(ask(
+            "user",
+            "agent",
+            "The app still does not start, please fix it.",
+        ));
+        s.push(fail());
+        assert!(s
+            .detect(
+                asked_again,
+                ask(
+                    "user",
+                    "agent",
+                    "The app still does not start, please fix it."
+                )
+            )
+            .is_none());
+        s.push(fail());
+        let f = s
+            .detect(
+                asked_again,
+                ask(
+                    "user",
+                    "agent",
+                    "The app still does not start, please fix it.",
+                ),
+            )
+            .expect("asked a third time after the same failure");
+        assert!(f.reason.contains("nothing new came back"), "{}", f.reason);
+        // Answered with news each time (new output), the same request is the work going on.
+        let mut s = Scene::new();
+        for i in 0..4 {
+            assert!(s
+                .detect(asked_again, ask("user", "agent", "/run python test.py"))
+                .is_none());
+            s.push(crate::detect::testkit::bash(
+                "python test.py",
+                &format!("step {i} of 9 done, {i} files written"),
+            ));
+        }
     }
 
     #[test]

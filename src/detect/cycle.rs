@@ -49,6 +49,9 @@ pub fn period(ctx: &Ctx<'_>) -> Option<Finding> {
         if (1..p).all(|j| same(newest, work[n - 1 - j])) {
             continue;
         }
+        if requests_answered_with_news(ctx, &work[n - p..], p, &work) {
+            continue;
+        }
         let first = work[n - span].seq;
         return Some(finding(
             ctx,
@@ -60,6 +63,17 @@ pub fn period(ctx: &Ctx<'_>) -> Option<Finding> {
         ));
     }
     None
+}
+
+/// Does a request in the newest period (`block`, ending the work sequence) come back after its
+/// counterpart one period back was answered with news? A user re-running a test after each
+/// change, seeing new output each time, repeats the same turns without circling.
+fn requests_answered_with_news(ctx: &Ctx<'_>, block: &[&Entry], p: usize, work: &[&Entry]) -> bool {
+    let n = work.len();
+    block.iter().enumerate().any(|(i, e)| {
+        let back = work[n - block.len() + i - p];
+        super::collaboration::answered_with_news(ctx.state, e, back.seq)
+    })
 }
 
 /// Rule `cycle.replay`: a longer block of work replayed in order.
@@ -116,7 +130,7 @@ fn replay(ctx: &Ctx<'_>, work: &[&Entry]) -> Option<Finding> {
             .enumerate()
             .filter(|(i, e)| !block[..*i].iter().any(|o| e.is_same_as(o.seq)))
             .count();
-        if distinct < 3 {
+        if distinct < 3 || requests_answered_with_news(ctx, &work[n - streak..], p, work) {
             continue;
         }
         return Some(finding(

@@ -359,6 +359,96 @@ fn checked_after_success(state: &TaskState, e: &Entry, w: &Entry) -> bool {
         })
 }
 
+/// Least characters each side's slot must have to be compared on its own.
+const MIN_SLOT_CHARS: usize = 12;
+
+/// Long messages and responses built from one template (an evaluation prompt, one item after
+/// another) are embedded from their head and tail ([`crate::signature::head_tail`]): when the
+/// heads are the same template, the model saw mostly the template, and the texts read alike
+/// whatever item each carries. What differs between them — the rest of what the model saw —
+/// says whether they are the same: `(seq, the new text's part, the earlier text's part)` for
+/// each window entry that matched or nearly did, both cut to head and tail with the very same
+/// head. The link stage embeds the parts and [`compare_slots`] lets their cosine decide.
+pub fn slots_to_compare(
+    cfg: &DetectConfig,
+    state: &TaskState,
+    e: &Entry,
+) -> Vec<(u64, String, String)> {
+    let channel = e.body.channel();
+    if !matches!(channel, Channel::Collaboration | Channel::Response) {
+        return Vec::new();
+    }
+    let Some(a) = main_sig(&e.body) else {
+        return Vec::new();
+    };
+    let Some(head) = cut_head(&a.text) else {
+        return Vec::new();
+    };
+    let thr = threshold(cfg, channel, Part::Main);
+    let grey = cfg.similarity.grey_band;
+    let mut out = Vec::new();
+    for w in state.window.iter() {
+        if !comparable(e, w) || is_stale(cfg, e, w) {
+            continue;
+        }
+        let Some(b) = main_sig(&w.body) else {
+            continue;
+        };
+        if key_level(channel, Part::Main, a, b).is_some() || cut_head(&b.text) != Some(head) {
+            continue;
+        }
+        let near = match (&a.vector, &b.vector) {
+            (Some(va), Some(vb)) => cosine(va, vb) >= thr - grey,
+            _ => false,
+        };
+        if !near {
+            continue;
+        }
+        let (da, db) = super::dead_end::changed_parts(&a.text, &b.text);
+        if da.trim().chars().count() < MIN_SLOT_CHARS || db.trim().chars().count() < MIN_SLOT_CHARS
+        {
+            continue;
+        }
+        out.push((w.seq, da, db));
+    }
+    out
+}
+
+/// The head of a text the model saw cut to head and tail, if it was.
+fn cut_head(prepared: &str) -> Option<&str> {
+    prepared
+        .split_once(crate::signature::HEAD_TAIL_GAP)
+        .map(|(head, _)| head)
+}
+
+/// Let the cosine of two templated texts' slots ([`slots_to_compare`]) decide: slots below the
+/// threshold are other items of one template, not the same message reworded.
+pub fn compare_slots(
+    cfg: &DetectConfig,
+    channel: Channel,
+    links: &mut [Link],
+    slots: &[(u64, f32)],
+) {
+    let thr = threshold(cfg, channel, Part::Main);
+    let grey = cfg.similarity.grey_band;
+    for l in links.iter_mut() {
+        let Some((_, c)) = slots.iter().find(|(seq, _)| *seq == l.seq) else {
+            continue;
+        };
+        if *c >= thr || l.text.is_exact() {
+            continue;
+        }
+        // The slot is what tells the texts apart: it is their similarity.
+        l.cos = Some(l.cos.map_or(*c, |whole| whole.min(*c)));
+        l.text = if *c >= thr - grey {
+            l.text.min(Level::Grey)
+        } else {
+            Level::None
+        };
+        l.same = false;
+    }
+}
+
 /// Compare the new event with every comparable window entry, oldest first.
 pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
     let grey = cfg.similarity.grey_band;

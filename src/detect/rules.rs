@@ -100,6 +100,13 @@ pub static RULES: &[Rule] = &[
         check: Check::Loop(collaboration::unchanged_artifact),
     },
     Rule {
+        id: "collaboration.asked_again",
+        kinds: &[K::CollaborationLoop],
+        statement: "a request answered each time keeps coming back, at least once after answers that brought nothing new",
+        settings: &["detect.collaboration.occurrences", "detect.collaboration.returning_similarity"],
+        check: Check::Loop(collaboration::asked_again),
+    },
+    Rule {
         id: "cycle.period",
         kinds: &[K::Cycle],
         statement: "the last p work events repeat the p before them (periods min_period..=max_period), exactly or reworded",

@@ -63,7 +63,18 @@ impl Scene {
         let mut entry = obs.entry;
         crate::engine::observe::record_artifacts(&mut self.state, &mut entry, &obs.artifacts);
         embed(&mut entry);
-        let links = matching::links(&self.cfg.detect, &self.state, &entry);
+        let slots: Vec<(u64, f32)> =
+            matching::slots_to_compare(&self.cfg.detect, &self.state, &entry)
+                .into_iter()
+                .map(|(seq, a, b)| (seq, crate::embed::cosine(&stub(&a), &stub(&b))))
+                .collect();
+        let mut links = matching::links(&self.cfg.detect, &self.state, &entry);
+        matching::compare_slots(&self.cfg.detect, entry.body.channel(), &mut links, &slots);
+        if super::collaboration::to_the_unheard(&self.state, &entry) {
+            for l in links.iter_mut() {
+                l.same = false;
+            }
+        }
         entry.same_as = links
             .iter()
             .filter(|l| l.same && !l.stale)

@@ -114,10 +114,15 @@ pub fn bare_event(e: &Entry) -> serde_json::Value {
         EntryBody::Collaboration {
             from_agent,
             to_agent,
+            to_group,
             sig,
             ..
         } => {
-            json!({"type": "collaboration", "from_agent": from_agent, "to_agent": to_agent, "request": sig.text})
+            let mut e = json!({"type": "collaboration", "from_agent": from_agent, "to_agent": to_agent, "request": sig.text});
+            if *to_group {
+                e["to_group"] = json!(true);
+            }
+            e
         }
         EntryBody::Transition { from, to } => json!({"type": "transition", "from": from, "to": to}),
         EntryBody::Progress { metrics, .. } => json!({

@@ -66,8 +66,48 @@ impl Engine {
                 .map(|((a, b, _, _), v)| (*a, *b, crate::embed::cosine(&v[0], &v[1])))
                 .collect();
         }
+        // Templated texts: compare the slots they fill in differently (a fifth round, rare).
+        let slots = matching::slots_to_compare(detect, state, &pass.entry);
+        let mut slot_cosines = Vec::new();
+        if !slots.is_empty() {
+            let texts: Vec<String> = slots
+                .iter()
+                .flat_map(|(_, a, b)| [a.clone(), b.clone()])
+                .collect();
+            let started = Instant::now();
+            let vectors = self.embedder.embed(&texts).await?;
+            pass.timings.embed_secs += started.elapsed().as_secs_f64();
+            pass.timings.texts_embedded += texts.len();
+            pass.timings.used_model = true;
+            slot_cosines = slots
+                .iter()
+                .zip(vectors.chunks(2))
+                .map(|((seq, _, _), v)| (*seq, crate::embed::cosine(&v[0], &v[1])))
+                .collect();
+            if std::env::var_os("LG_DEBUG_SLOTS").is_some() {
+                for ((seq, a, b), (_, c)) in slots.iter().zip(&slot_cosines) {
+                    eprintln!(
+                        "SLOT {} vs {seq}: {c:.3} | {} | {}",
+                        pass.entry.seq,
+                        a.chars().take(80).collect::<String>(),
+                        b.chars().take(80).collect::<String>()
+                    );
+                }
+            }
+        }
         pass.timed_detect(|pass| {
             pass.links = matching::links(detect, state, &pass.entry);
+            matching::compare_slots(
+                detect,
+                pass.entry.body.channel(),
+                &mut pass.links,
+                &slot_cosines,
+            );
+            if crate::detect::collaboration::to_the_unheard(state, &pass.entry) {
+                for l in pass.links.iter_mut() {
+                    l.same = false;
+                }
+            }
             let entry = &mut pass.entry;
             entry.same_as = pass
                 .links

@@ -180,6 +180,63 @@ pub fn message_words(text: &str) -> usize {
     words
 }
 
+/// The answer of a message that is a confirmation prompt answered ("Continue? [Y/n] y", "Add
+/// file to the chat? (Y)es/(N)o/(A)ll [Yes]: all", "Proceed (y/n)? y"): one line that asks, offers
+/// a choice of slash-separated options, and ends in the option chosen. A person answering a
+/// tool's prompt is not asking anything: such a turn is a protocol turn whatever the prompt's
+/// length.
+pub fn dialog_answer(request: &str) -> Option<&str> {
+    let line = request.trim();
+    if line.contains('\n') || line.chars().count() > 300 {
+        return None;
+    }
+    let cut = line.rfind([':', ']', ')', '?'])?;
+    let (prompt, answer) = (&line[..=cut], line[cut + 1..].trim());
+    if answer.is_empty() || !prompt.contains('?') || !prompt.contains('/') {
+        return None;
+    }
+    let plain = |s: &str| -> String {
+        s.chars()
+            .filter(|c| !matches!(c, '(' | ')' | '[' | ']'))
+            .collect::<String>()
+            .trim()
+            .to_lowercase()
+    };
+    // The options around the slashes: the last word before the first, whatever is between two,
+    // and the first words after the last (up to a default in brackets or the colon).
+    let parts: Vec<&str> = prompt.split('/').collect();
+    let last = parts.len() - 1;
+    let options: Vec<String> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let p = if i == 0 {
+                p.rsplit([' ', '?']).next().unwrap_or(p)
+            } else {
+                *p
+            };
+            let p = if i == last {
+                p.split(['[', ':', '?']).next().unwrap_or(p)
+            } else {
+                p
+            };
+            plain(p)
+        })
+        .collect();
+    if options
+        .iter()
+        .any(|o| o.is_empty() || o.chars().count() > 24)
+    {
+        return None;
+    }
+    // The answer is one of the options offered (or its first letters: "y" for "(Y)es").
+    let chosen = plain(answer);
+    options
+        .iter()
+        .any(|o| o.starts_with(&chosen) || chosen.starts_with(o.as_str()))
+        .then_some(answer)
+}
+
 /// Exact key, normalised key, prepared text and numbers of one text: how the engine compares it.
 pub fn text_sig(exact_text: &str, max_chars: usize) -> TextSig {
     let normalized = normalize(exact_text);
@@ -352,12 +409,15 @@ pub fn observe(
                 normalized: sig.text.clone(),
                 hash: sha256_hex(&normalize(&c.request)),
             });
+            let short = cfg.detect.collaboration.protocol_words;
             let protocol = found.is_empty()
-                && message_words(&sig.text) <= cfg.detect.collaboration.protocol_words;
+                && (message_words(&sig.text) <= short
+                    || dialog_answer(&c.request).is_some_and(|a| message_words(a) <= short));
             artifacts = found;
             EntryBody::Collaboration {
                 from_agent: c.from_agent.clone(),
                 to_agent: c.to_agent.clone(),
+                to_group: c.to_group,
                 sig,
                 artifacts: Vec::new(),
                 protocol,
@@ -396,5 +456,42 @@ pub fn observe(
         signature,
         external,
         artifacts,
+    }
+}
+
+#[cfg(test)]
+mod dialog_tests {
+    use super::dialog_answer;
+
+    #[test]
+    fn a_confirmation_prompt_answered_is_recognised() {
+        for (text, answer) in [
+            (
+                "Add file to the chat? (Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]: all",
+                "all",
+            ),
+            (
+                "Run shell command? (Y)es/(N)o/(S)kip all/(D)on't ask again [Yes]: skip",
+                "skip",
+            ),
+            ("Continue? [Y/n] y", "y"),
+            ("Proceed (y/n)? yes", "yes"),
+            ("Overwrite existing file? yes/no [no]: no", "no"),
+        ] {
+            assert_eq!(dialog_answer(text), Some(answer), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_question_with_a_slash_is_not_a_prompt_answered() {
+        for text in [
+            "Should I use tcp/udp? Please decide",
+            "Can you fix the and/or logic in utils.py? It breaks",
+            "Why does /usr/bin/python fail? see log",
+            "Continue? [Y/n]\ny",
+            "yes",
+        ] {
+            assert_eq!(dialog_answer(text), None, "{text}");
+        }
     }
 }

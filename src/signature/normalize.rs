@@ -359,6 +359,9 @@ pub fn output_text(output: &serde_json::Value) -> String {
 
 /// Keep the head and the tail of a long text: the model reads at most 256 tokens, and errors
 /// tend to sit at the end of an output while its subject sits at the start.
+/// What [`head_tail`] puts between the head and the tail it keeps.
+pub const HEAD_TAIL_GAP: &str = " … ";
+
 pub fn head_tail(text: &str, max_chars: usize) -> String {
     let count = text.chars().count();
     if count <= max_chars {
@@ -368,5 +371,5 @@ pub fn head_tail(text: &str, max_chars: usize) -> String {
     let tail = max_chars - head;
     let h: String = text.chars().take(head).collect();
     let t: String = text.chars().skip(count - tail).collect();
-    format!("{h} … {t}")
+    format!("{h}{HEAD_TAIL_GAP}{t}")
 }

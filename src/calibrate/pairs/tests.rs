@@ -178,6 +178,7 @@ fn calibration_measures_the_engines_own_rule() {
             (Channel::Collaboration, _) => EntryBody::Collaboration {
                 from_agent: "a".into(),
                 to_agent: "b".into(),
+                to_group: false,
                 sig,
                 artifacts: Vec::new(),
                 protocol: false,
