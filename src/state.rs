@@ -246,6 +246,10 @@ pub struct Entry {
     pub same_as: Vec<u64>,
     /// Did it bring new work: a call, failure or request not seen before in the window?
     pub novel: bool,
+    /// A short message or response that is a courtesy (thanks, goodbye): says nothing of the work
+    /// ([`crate::detect::collaboration::courtesies`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub courtesy: bool,
 }
 
 impl Entry {

@@ -188,6 +188,15 @@ impl Config {
                 format!("must be in 0..1, got {alike}"),
             );
         }
+        let courtesy = self.detect.collaboration.courtesy_similarity;
+        if !(-1.0..=2.0).contains(&courtesy) {
+            return bad(
+                "detect.collaboration.courtesy_similarity",
+                format!(
+                    "a cosine threshold must be in -1..1 (above 1 disables it), got {courtesy}"
+                ),
+            );
+        }
         let overlap = self.judge.redone_result_overlap;
         if !(0.0..=1.0).contains(&overlap) {
             return bad(

@@ -357,6 +357,11 @@ pub struct CollaborationChains {
     pub occurrences: usize,
     /// Cosine at which a request that keeps coming back is the same request reworded.
     pub returning_similarity: f32,
+    /// A short turn (a message or a response) at least this close to a courtesy — thanks, you're
+    /// welcome, goodbye, anything else I can do — is a courtesy turn: `occurrences` of them in a
+    /// row from two or more parties, with nothing else said or done, are talk going on after the
+    /// work is over. Above 1 switches the rule off.
+    pub courtesy_similarity: f32,
 }
 
 /// Repetition inside one response or one stream (`detect/content.rs`).

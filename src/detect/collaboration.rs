@@ -21,6 +21,7 @@
 
 use super::repeat::{how, strongest};
 use super::{fmt_cos, Ctx, Finding, Link};
+use crate::config::DetectConfig;
 use crate::signature::artifact::ChangeKind;
 use crate::state::{Entry, EntryBody, TaskState, TextSig};
 use crate::verdict::LoopKind;
@@ -471,6 +472,101 @@ pub fn resent_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
     Some(f)
 }
 
+/// What a courtesy turn is compared with: thanks, you're welcome, goodbye, an offer of more help.
+/// A turn close to one of them says nothing of the work.
+pub const COURTESIES: &[&str] = &[
+    "Thank you!",
+    "You're welcome!",
+    "Goodbye!",
+    "Have a great day!",
+    "Let me know if you need anything else.",
+    "Glad I could help.",
+    "See you next time!",
+    "Thanks, I enjoyed this, it was fun.",
+    "I'm glad you enjoyed it.",
+];
+
+/// Most words a courtesy turn has.
+pub const COURTESY_MAX_WORDS: usize = 60;
+
+/// The text of a turn to compare with the [`COURTESIES`], when it could be one: a message
+/// carrying no artifact, or a response, of at most [`COURTESY_MAX_WORDS`] words.
+pub fn courtesy_candidate<'e>(cfg: &DetectConfig, e: &'e Entry) -> Option<&'e str> {
+    if cfg.collaboration.courtesy_similarity > 1.0 {
+        return None;
+    }
+    let text = match &e.body {
+        // A protocol turn ("Goodbye!", "TERMINATE") is not a request, nor a courtesy to count:
+        // markers of the end read like farewells.
+        EntryBody::Collaboration {
+            sig,
+            artifacts,
+            protocol: false,
+            ..
+        } if artifacts.is_empty() && sig.ids.is_empty() => &sig.text,
+        EntryBody::Response { sig, .. } => &sig.text,
+        _ => return None,
+    };
+    (crate::engine::observe::message_words(text) <= COURTESY_MAX_WORDS).then_some(text.as_str())
+}
+
+/// Rule `collaboration.courtesies`: agents trading courtesies turn after turn — "Great, let me
+/// know if you need anything", "Will do, thanks!", "You're welcome, have a great day!" — each
+/// reworded, with nothing else said or done: the work is over and the talk goes on.
+pub fn courtesies(ctx: &Ctx<'_>) -> Option<Finding> {
+    if !ctx.entry.courtesy {
+        return None;
+    }
+    let need = ctx.cfg.collaboration.occurrences.max(2);
+    let mut run: Vec<&Entry> = vec![ctx.entry];
+    for e in ctx.state.window.iter().rev() {
+        if run.len() >= need {
+            break;
+        }
+        match &e.body {
+            EntryBody::Collaboration { protocol: true, .. } => {}
+            EntryBody::Collaboration { .. } | EntryBody::Response { .. } if e.courtesy => {
+                run.push(e)
+            }
+            EntryBody::Collaboration { .. }
+            | EntryBody::Response { .. }
+            | EntryBody::ToolCall { .. }
+            | EntryBody::Failure { .. } => break,
+            _ => {}
+        }
+    }
+    if run.len() < need {
+        return None;
+    }
+    // A conversation: two parties or more (an agent thanking itself is not one).
+    fn party(e: &Entry) -> Option<&str> {
+        match &e.body {
+            EntryBody::Collaboration { from_agent, .. } => Some(from_agent.as_str()),
+            _ => e.agent_id.as_deref(),
+        }
+    }
+    let mut parties: Vec<Option<&str>> = Vec::new();
+    for e in &run {
+        if !parties.contains(&party(e)) {
+            parties.push(party(e));
+        }
+    }
+    if parties.len() < 2 {
+        return None;
+    }
+    let seqs: Vec<String> = run.iter().rev().map(|e| e.seq.to_string()).collect();
+    let mut f = Finding::new(
+        LoopKind::CollaborationLoop,
+        format!(
+            "{} courtesy turns in a row (seq {}) with nothing else said or done: the work is over and the talk goes on",
+            run.len(),
+            seqs.join(", ")
+        ),
+    );
+    f.matched = Some(run[1].seq);
+    Some(f)
+}
+
 fn ordinal(n: usize) -> String {
     let suffix = match (n % 10, n % 100) {
         (_, 11..=13) => "th",
@@ -484,7 +580,7 @@ fn ordinal(n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{asked_again, detect, resent_artifact, unchanged_artifact};
+    use super::{asked_again, courtesies, detect, resent_artifact, unchanged_artifact};
     use crate::detect::testkit::Scene;
     use crate::verdict::LoopKind;
     use serde_json::json;
@@ -727,6 +823,44 @@ mod tests {
                 ask("programmer", "cto", &program("        self.x()\n"))
             )
             .is_none());
+    }
+
+    #[test]
+    fn courtesies_traded_turn_after_turn_are_a_loop() {
+        // The stub embedder puts a turn near a courtesy only when they share words: enough to
+        // test the run (the real model is tested in tests/collaboration.rs).
+        let mut s = Scene::with(|c| c.detect.collaboration.courtesy_similarity = 0.5);
+        s.push(ask(
+            "pm",
+            "chat_manager",
+            "The report is done and sent to the client.",
+        ));
+        for (i, (who, text)) in [
+            (
+                "dev",
+                "Great, thank you! Let me know if you need anything else.",
+            ),
+            ("pm", "You're welcome! Have a great day!"),
+            ("dev", "Thank you, you too, have a great day!"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let p = s.probe(ask(who, "chat_manager", text));
+            assert!(p.entry.courtesy, "{text}");
+            let f = s.detect(courtesies, ask(who, "chat_manager", text));
+            assert_eq!(f.is_some(), i == 2, "{text}: {f:?}");
+        }
+        // One party thanking on its own is not a conversation.
+        let mut s = Scene::with(|c| c.detect.collaboration.courtesy_similarity = 0.5);
+        for _ in 0..4 {
+            assert!(s
+                .detect(
+                    courtesies,
+                    json!({"type": "response", "text": "You're welcome! Have a great day!"})
+                )
+                .is_none());
+        }
     }
 
     #[test]

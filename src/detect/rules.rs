@@ -107,6 +107,13 @@ pub static RULES: &[Rule] = &[
         check: Check::Loop(collaboration::asked_again),
     },
     Rule {
+        id: "collaboration.courtesies",
+        kinds: &[K::CollaborationLoop],
+        statement: "short turns trading courtesies (thanks, goodbye, anything else?) one after another from two parties or more, nothing else said or done",
+        settings: &["detect.collaboration.courtesy_similarity", "detect.collaboration.occurrences"],
+        check: Check::Loop(collaboration::courtesies),
+    },
+    Rule {
         id: "cycle.period",
         kinds: &[K::Cycle],
         statement: "the last p work events repeat the p before them (periods min_period..=max_period), exactly or reworded",

@@ -68,6 +68,14 @@ impl Scene {
                 .into_iter()
                 .map(|(seq, a, b)| (seq, crate::embed::cosine(&stub(&a), &stub(&b))))
                 .collect();
+        if let Some(text) = super::collaboration::courtesy_candidate(&self.cfg.detect, &entry) {
+            let v = stub(text);
+            let best = crate::engine::link::courtesy_texts(self.cfg.model.max_text_chars)
+                .iter()
+                .map(|c| crate::embed::cosine(&v, &stub(c)))
+                .fold(f32::NEG_INFINITY, f32::max);
+            entry.courtesy = best >= self.cfg.detect.collaboration.courtesy_similarity;
+        }
         let mut links = matching::links(&self.cfg.detect, &self.state, &entry);
         matching::compare_slots(&self.cfg.detect, entry.body.channel(), &mut links, &slots);
         if super::collaboration::to_the_unheard(&self.state, &entry) {

@@ -95,6 +95,28 @@ impl Engine {
                 }
             }
         }
+        // A short turn: is it a courtesy (thanks, goodbye)? Compared with the courtesies, which
+        // the embedding cache keeps after the first time.
+        if let Some(text) = crate::detect::collaboration::courtesy_candidate(detect, &pass.entry) {
+            let mut texts = vec![text.to_string()];
+            texts.extend(courtesy_texts(self.cfg.model.max_text_chars));
+            let started = Instant::now();
+            let vectors = self.embedder.embed(&texts).await?;
+            pass.timings.embed_secs += started.elapsed().as_secs_f64();
+            pass.timings.texts_embedded += texts.len();
+            let best = vectors[1..]
+                .iter()
+                .map(|v| crate::embed::cosine(&vectors[0], v))
+                .fold(f32::NEG_INFINITY, f32::max);
+            pass.entry.courtesy = best >= detect.collaboration.courtesy_similarity;
+            if std::env::var_os("LG_DEBUG_COURTESY").is_some() {
+                eprintln!(
+                    "COURTESY {} {best:.3} {}",
+                    pass.entry.seq,
+                    texts[0].chars().take(90).collect::<String>()
+                );
+            }
+        }
         pass.timed_detect(|pass| {
             pass.links = matching::links(detect, state, &pass.entry);
             matching::compare_slots(
@@ -119,4 +141,12 @@ impl Engine {
         });
         Ok(())
     }
+}
+
+/// The courtesies as the model is given texts (normalised like every text it embeds).
+pub(crate) fn courtesy_texts(max_chars: usize) -> Vec<String> {
+    crate::detect::collaboration::COURTESIES
+        .iter()
+        .map(|c| super::observe::text_sig(c, max_chars).text)
+        .collect()
 }

@@ -26,7 +26,7 @@ mod commit;
 mod detect;
 mod feedback;
 mod judge;
-mod link;
+pub(crate) mod link;
 pub(crate) mod observe;
 pub(crate) mod policy;
 mod recall;

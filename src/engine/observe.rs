@@ -447,6 +447,7 @@ pub fn observe(
             body,
             same_as: Vec::new(),
             novel: false,
+            courtesy: false,
         },
         metrics: metrics.map(|(source, metrics)| MetricsObs {
             seq,

@@ -195,6 +195,7 @@ fn calibration_measures_the_engines_own_rule() {
             body,
             same_as: Vec::new(),
             novel: false,
+            courtesy: false,
         }
     };
     let mut checked = 0;

@@ -367,6 +367,8 @@ pub struct PushedEntry {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub same_as: Vec<u64>,
     pub novel: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub courtesy: bool,
 }
 
 impl PushedEntry {
@@ -380,6 +382,7 @@ impl PushedEntry {
                 body,
                 same_as,
                 novel,
+                courtesy,
             } = e;
             let body_of = before
                 .iter()
@@ -395,6 +398,7 @@ impl PushedEntry {
                 body_of,
                 same_as: same_as.clone(),
                 novel: *novel,
+                courtesy: *courtesy,
             });
         }
         out
@@ -422,6 +426,7 @@ impl PushedEntry {
                 body,
                 same_as: p.same_as,
                 novel: p.novel,
+                courtesy: p.courtesy,
             });
         }
         Ok(out)
