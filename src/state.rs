@@ -112,6 +112,13 @@ pub struct ResultSig {
     /// something new.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub residue: Option<String>,
+    /// Its lines with numbers in them, to see two outputs differ only in counters (a token
+    /// count, a cost) the task prints whatever the call does.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::signature::NumberedLines::is_empty"
+    )]
+    pub numbered: crate::signature::NumberedLines,
     /// Its lines' shape, to see a call run again only add copies of what it printed.
     #[serde(
         default,

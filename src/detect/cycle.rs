@@ -49,7 +49,9 @@ pub fn period(ctx: &Ctx<'_>) -> Option<Finding> {
         if (1..p).all(|j| same(newest, work[n - 1 - j])) {
             continue;
         }
-        if requests_answered_with_news(ctx, &work[n - p..], p, &work) {
+        if requests_answered_with_news(ctx, &work[n - p..], p, &work)
+            || talk_between_empty_calls(ctx, &work[n - p..], work[n - span].seq)
+        {
             continue;
         }
         let first = work[n - span].seq;
@@ -74,6 +76,14 @@ fn requests_answered_with_news(ctx: &Ctx<'_>, block: &[&Entry], p: usize, work: 
         let back = work[n - block.len() + i - p];
         super::collaboration::answered_with_news(ctx.state, e, back.seq)
     })
+}
+
+/// Is the newest period all calls whose outputs say nothing of their own
+/// ([`super::says_nothing`]), with the agent saying new things since the pattern began? Then what
+/// it said is the work, not the calls.
+fn talk_between_empty_calls(ctx: &Ctx<'_>, block: &[&Entry], since: u64) -> bool {
+    block.iter().all(|e| super::says_nothing(ctx.state, e))
+        && super::new_response_between(ctx.state, since, ctx.entry.seq)
 }
 
 /// Rule `cycle.replay`: a longer block of work replayed in order.

@@ -517,6 +517,15 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
                 if !semantic_on(cfg, channel) && !l.is_exact() {
                     l = Level::None;
                 }
+                // Outputs that differ only in the task's counters (tokens sent, a cost, seconds
+                // elapsed) say the same thing.
+                if !l.is_exact()
+                    && r1
+                        .numbered
+                        .alike_but_counters(&r2.numbered, |t| state.ambient.is_counter(t))
+                {
+                    l = Level::Normalized;
+                }
                 if l.is_match()
                     && !l.is_exact()
                     && !text.is_exact()

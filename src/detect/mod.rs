@@ -217,6 +217,38 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// A tool call whose output says nothing of its own: an acknowledgement ("", "OK"), or only
+/// the counters the task's environment prints whatever the call does (a token count and a
+/// cost). Such a call repeated is no evidence the agent did the same thing again: what it said
+/// between (a new response) is the work.
+pub fn says_nothing(state: &TaskState, e: &Entry) -> bool {
+    match &e.body {
+        crate::state::EntryBody::ToolCall {
+            result: Some(r), ..
+        } => {
+            r.trivial
+                || (r.shape.plain == 0
+                    && !r.numbered.is_empty()
+                    && r.numbered
+                        .lines
+                        .iter()
+                        .all(|(t, _)| state.ambient.is_counter(*t)))
+        }
+        _ => false,
+    }
+}
+
+/// Did the agent say something new strictly between two seqs: a response that repeats none
+/// before it?
+pub fn new_response_between(state: &TaskState, older: u64, newer: u64) -> bool {
+    state.window.iter().any(|e| {
+        e.seq > older
+            && e.seq < newer
+            && matches!(e.body, crate::state::EntryBody::Response { .. })
+            && e.same_as.is_empty()
+    })
+}
+
 /// Is a kind switched on?
 pub fn enabled(cfg: &DetectConfig, kind: LoopKind) -> bool {
     let e = &cfg.enabled;

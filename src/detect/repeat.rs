@@ -123,6 +123,16 @@ pub fn tool_call(ctx: &Ctx<'_>) -> Option<Finding> {
     if chain.len() < cfg.repeats.tool_call {
         return None;
     }
+    // A call whose output says nothing of its own, repeated while the agent says new things:
+    // the responses are the work.
+    if super::says_nothing(ctx.state, ctx.entry)
+        && chain
+            .iter()
+            .min()
+            .is_some_and(|oldest| super::new_response_between(ctx.state, *oldest, ctx.entry.seq))
+    {
+        return None;
+    }
     let best = strongest(chain.iter().filter_map(|s| ctx.link(*s)))?;
     let with_result = best.result.is_some();
     let mut f = Finding::new(

@@ -280,6 +280,16 @@ pub fn compared_text(channel: Channel, part: Part, text: &str, max_chars: usize)
     sig
 }
 
+/// An output's numbered lines ([`crate::signature::NumberedLines`]), each noted as a possible
+/// counter of the task's environment.
+fn counted_lines(out: &str, ambient: &mut AmbientLines) -> crate::signature::NumberedLines {
+    let numbered = crate::signature::NumberedLines::of(out);
+    for (template, line) in &numbered.lines {
+        ambient.note_counter(*template, *line, numbered.skel);
+    }
+    numbered
+}
+
 /// The string values of a call's arguments (at any depth), longest first: what an output may
 /// print back of the call. Short values are left out: a word like `src` is not an echo.
 fn arg_values(args: &serde_json::Value) -> Vec<&str> {
@@ -372,6 +382,7 @@ pub fn observe(
                     ),
                     echo: echo_key(&c.args, &out),
                     shape: crate::signature::LineShape::of(&out),
+                    numbered: counted_lines(&out, ambient),
                     negative,
                     trivial,
                     failed,

@@ -310,7 +310,7 @@ impl AmbientLines {
                     let evict = self
                         .seen
                         .iter()
-                        .position(|(_, s)| !is_ambient(s))
+                        .position(|(k, s)| !learned(*k, s))
                         .unwrap_or(0);
                     self.seen.remove(evict);
                 }
@@ -322,6 +322,63 @@ impl AmbientLines {
         if !is_ambient(sightings) && !sightings.iter().any(|(c, r)| *c == call || *r == rest) {
             sightings.push((call, rest));
         }
+        is_ambient(sightings)
+    }
+}
+
+/// Counter lines are followed in the same list as error lines: their keys are the line's
+/// template key (digits masked, 32 bits) under this mark in the high half, which an error line's
+/// key has with a chance of one in 2^32.
+const COUNTER_KEY: u64 = 0xC0FF_EE00_0000_0000;
+const COUNTER_MASK: u64 = 0xFFFF_FFFF_0000_0000;
+/// Different outputs, each with other numbers on the line, that make a line a counter.
+pub const COUNTER_AFTER: usize = 3;
+
+impl AmbientLines {
+    /// Note that a line of template `template` (digits masked) was printed as `line` in an output
+    /// whose key, digits masked, is `rest`. A line printed after different calls with different
+    /// other output, with other numbers each time ([`COUNTER_AFTER`] of them), is a counter the
+    /// environment keeps (a token count, a cost, elapsed time): its numbers moving is no news.
+    pub fn note_counter(&mut self, template: u32, line: u32, rest: u64) {
+        let key = COUNTER_KEY | u64::from(template);
+        let i = match self.seen.iter().position(|(l, _)| *l == key) {
+            Some(i) => i,
+            None => {
+                if self.seen.len() >= LINES_FOLLOWED {
+                    let evict = self
+                        .seen
+                        .iter()
+                        .position(|(k, s)| !learned(*k, s))
+                        .unwrap_or(0);
+                    self.seen.remove(evict);
+                }
+                self.seen.push_back((key, Vec::new()));
+                self.seen.len() - 1
+            }
+        };
+        let sightings = &mut self.seen[i].1;
+        let line = u64::from(line);
+        if sightings.len() < COUNTER_AFTER
+            && !sightings.iter().any(|(l, r)| *l == line || *r == rest)
+        {
+            sightings.push((line, rest));
+        }
+    }
+
+    /// Is the line of this template (digits masked) a counter?
+    pub fn is_counter(&self, template: u32) -> bool {
+        let key = COUNTER_KEY | u64::from(template);
+        self.seen
+            .iter()
+            .any(|(k, s)| *k == key && s.len() >= COUNTER_AFTER)
+    }
+}
+
+/// Is a line followed now known: the environment's error line, or a counter?
+fn learned(key: u64, sightings: &[(u64, u64)]) -> bool {
+    if key & COUNTER_MASK == COUNTER_KEY {
+        sightings.len() >= COUNTER_AFTER
+    } else {
         is_ambient(sightings)
     }
 }

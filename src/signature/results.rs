@@ -175,6 +175,65 @@ impl LineShape {
     }
 }
 
+/// Lines of an output with numbers in them kept one by one, at most this many (an output with
+/// more — a file view, a listing — keeps none: its numbers are its content).
+pub const NUMBERED_LINES_KEPT: usize = 16;
+
+/// The lines of an output that carry numbers, each as (key of its template — digits masked —,
+/// key of the line as printed), in order, with the key of the whole output digits masked. Two
+/// outputs whose only differences are in the numbers of lines the task knows for counters
+/// (a token count, a cost, elapsed seconds: [`crate::signature::AmbientLines::is_counter`])
+/// say the same thing ([`NumberedLines::alike_but_counters`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumberedLines {
+    /// Key of the output, digits masked. 0: not kept (too many numbered lines, or none).
+    pub skel: u64,
+    /// (template, line) keys of the numbered lines, in order.
+    pub lines: Vec<(u32, u32)>,
+}
+
+impl NumberedLines {
+    pub fn is_empty(&self) -> bool {
+        self.skel == 0
+    }
+
+    pub fn of(output: &str) -> NumberedLines {
+        let mut lines = Vec::new();
+        for l in output.lines().map(str::trim) {
+            if !l.chars().any(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            if lines.len() == NUMBERED_LINES_KEPT {
+                return NumberedLines::default();
+            }
+            lines.push((
+                crate::signature::key64(&super::digits_masked(l)) as u32,
+                crate::signature::key64(l) as u32,
+            ));
+        }
+        if lines.is_empty() {
+            return NumberedLines::default();
+        }
+        NumberedLines {
+            skel: crate::signature::key64(&super::digits_masked(output.trim())).max(1),
+            lines,
+        }
+    }
+
+    /// Do the two outputs differ only in the numbers of counter lines (and in some of them)?
+    pub fn alike_but_counters(&self, other: &NumberedLines, counter: impl Fn(u32) -> bool) -> bool {
+        !self.is_empty()
+            && self.skel == other.skel
+            && self.lines.len() == other.lines.len()
+            && self
+                .lines
+                .iter()
+                .zip(&other.lines)
+                .all(|((t1, l1), (t2, l2))| t1 == t2 && (l1 == l2 || counter(*t1)))
+            && self.lines != other.lines
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::LineShape;
@@ -190,6 +249,34 @@ mod tests {
             lines.len(),
             body.join("\n")
         )
+    }
+
+    #[test]
+    fn outputs_that_differ_in_counters_only_are_alike_when_those_lines_are_counters() {
+        use super::NumberedLines;
+        let out = |sent: &str, cost: &str, left: u32| {
+            NumberedLines::of(&format!(
+                "The edit did not apply: no exact match.\nTokens: {sent} sent, 120 received. Cost: {cost} session.\nLines left: {left}"
+            ))
+        };
+        let (a, b) = (out("4.2k", "$0.05", 3), out("4.5k", "$0.07", 3));
+        let tokens = a.lines[1].0;
+        assert!(a.alike_but_counters(&b, |t| t == tokens));
+        assert!(
+            !a.alike_but_counters(&b, |_| false),
+            "unknown counters are numbers like any"
+        );
+        // Another number on a line that is no counter is another output.
+        assert!(!a.alike_but_counters(&out("4.5k", "$0.07", 2), |t| t == tokens));
+        assert!(
+            !a.alike_but_counters(&a, |_| true),
+            "the same output is the repeat rules' case"
+        );
+        let view: String = (1..40).map(|i| format!("{i}: line\n")).collect();
+        assert!(
+            NumberedLines::of(&view).is_empty(),
+            "a file view's numbers are its content"
+        );
     }
 
     #[test]
