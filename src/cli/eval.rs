@@ -23,9 +23,12 @@ pub enum AlwaysVerdict {
 pub struct EvalArgs {
     /// Labelled runs, one per line: `loopguard score` input plus "label": "loop" | "no_loop",
     /// and for a loop "first_loop_converted" (index into "events" of the event at which it is
-    /// plainly a loop); optional "kind", "reworded", "confidence", "why".
-    #[arg(value_name = "LABELLED.jsonl")]
-    pub input: PathBuf,
+    /// plainly a loop); optional "kind", "reworded", "confidence", "why". Several files are
+    /// several families of agents: the report gives each family's figures (and, with --by-rule,
+    /// each rule's per family), and a --sweep measures each family at the point chosen on the
+    /// others. A family is named NAME=FILE, or after its file (aider_labelled_dev.jsonl: aider).
+    #[arg(value_name = "LABELLED.jsonl", required = true, num_args = 1..)]
+    pub inputs: Vec<LabelledInput>,
 
     /// Unlabelled healthy runs (`score` input): every run flagged is a false alarm. Repeat for
     /// more files.
@@ -82,9 +85,46 @@ pub struct EvalArgs {
     pub cache_entries: usize,
 }
 
+/// A labelled file, with the name of its family when one is given (`NAME=FILE`).
+#[derive(Debug, Clone)]
+pub struct LabelledInput {
+    pub family: Option<String>,
+    pub path: PathBuf,
+}
+
+impl std::str::FromStr for LabelledInput {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        // NAME=FILE only when NAME looks like a name: a path may hold '=' itself.
+        match s.split_once('=') {
+            Some((name, path))
+                if !name.is_empty()
+                    && !path.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.')) =>
+            {
+                Ok(LabelledInput {
+                    family: Some(name.to_string()),
+                    path: PathBuf::from(path),
+                })
+            }
+            _ => Ok(LabelledInput {
+                family: None,
+                path: PathBuf::from(s),
+            }),
+        }
+    }
+}
+
 pub fn run(cli: &Cli, args: &EvalArgs) -> Result<(), String> {
     // Read and check every file, and the sweep, before the model loads: a bad line fails at once.
-    let labelled = eval::read_labelled(&args.input).map_err(|e| e.to_string())?;
+    let inputs: Vec<(Option<String>, &std::path::Path)> = args
+        .inputs
+        .iter()
+        .map(|i| (i.family.clone(), i.path.as_path()))
+        .collect();
+    let labelled = eval::read_families(&inputs).map_err(|e| e.to_string())?;
     let controls = args
         .controls
         .iter()

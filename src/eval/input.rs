@@ -169,11 +169,36 @@ fn check_unique<'a>(
     Ok(())
 }
 
-/// A labelled file, read and checked.
+/// Labelled runs, read and checked: one file, or several, each an agent family.
 #[derive(Debug, Clone)]
 pub struct LabelledSet {
+    /// The file, or the files joined with ", ".
     pub file: String,
     pub runs: Vec<LabelledRun>,
+    /// With several files: each file's family and the runs it holds (in `runs`, in order).
+    /// Empty for one file.
+    pub families: Vec<Family>,
+}
+
+/// One family of agents: the labelled runs of one file.
+#[derive(Debug, Clone)]
+pub struct Family {
+    pub name: String,
+    pub file: String,
+    pub runs: std::ops::Range<usize>,
+}
+
+impl LabelledSet {
+    /// The family of each run, by index (empty for one file).
+    pub fn family_of(&self) -> Vec<usize> {
+        let mut out = vec![0; self.runs.len()];
+        for (f, fam) in self.families.iter().enumerate() {
+            for slot in &mut out[fam.runs.clone()] {
+                *slot = f;
+            }
+        }
+        out
+    }
 }
 
 pub fn read_labelled(path: &Path) -> Result<LabelledSet, EvalError> {
@@ -186,7 +211,78 @@ pub fn read_labelled(path: &Path) -> Result<LabelledSet, EvalError> {
         })
         .collect();
     check_unique(&file, runs.iter().map(|r| (r.line, r.run.id.as_str())))?;
-    Ok(LabelledSet { file, runs })
+    Ok(LabelledSet {
+        file,
+        runs,
+        families: Vec::new(),
+    })
+}
+
+/// A family's name from its file when none is given: the file name without its extension and a
+/// trailing `_labelled_dev`, `_labelled` or `_dev` (`aider_labelled_dev.jsonl` → `aider`).
+pub fn family_name(path: &Path) -> String {
+    let stem = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let stem = stem.strip_suffix(".jsonl").unwrap_or(&stem);
+    let stem = ["_labelled_dev", "_labelled", "_dev"]
+        .iter()
+        .find_map(|suffix| stem.strip_suffix(suffix))
+        .unwrap_or(stem);
+    stem.to_string()
+}
+
+/// Several labelled files, each a family (`name` given, or from the file name). Run ids must be
+/// unique across them: a run in two families would be counted twice.
+pub fn read_families(inputs: &[(Option<String>, &Path)]) -> Result<LabelledSet, EvalError> {
+    if inputs.len() == 1 && inputs[0].0.is_none() {
+        return read_labelled(inputs[0].1);
+    }
+    let mut runs: Vec<LabelledRun> = Vec::new();
+    let mut families: Vec<Family> = Vec::new();
+    let mut seen: HashMap<String, String> = HashMap::new();
+    for (name, path) in inputs {
+        let set = read_labelled(path)?;
+        let name = name.clone().unwrap_or_else(|| family_name(path));
+        if let Some(other) = families.iter().find(|f| f.name == name) {
+            return Err(EvalError::Invalid(format!(
+                "two labelled files are family {name:?}: {} and {} (name them: NAME=FILE)",
+                other.file, set.file
+            )));
+        }
+        for r in &set.runs {
+            if let Some(other) = seen.insert(r.run.id.clone(), set.file.clone()) {
+                return Err(EvalError::Input {
+                    file: set.file.clone(),
+                    line: r.line,
+                    error: InputError::new(
+                        "id",
+                        format!(
+                            "run {:?} is also in {other}: each run belongs to one family",
+                            r.run.id
+                        ),
+                    ),
+                });
+            }
+        }
+        let start = runs.len();
+        runs.extend(set.runs);
+        families.push(Family {
+            name,
+            file: set.file,
+            runs: start..runs.len(),
+        });
+    }
+    Ok(LabelledSet {
+        file: families
+            .iter()
+            .map(|f| f.file.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        runs,
+        families,
+    })
 }
 
 /// A control file, read and checked.

@@ -42,8 +42,8 @@ pub mod rules;
 
 pub use folds::assign_folds;
 pub use input::{
-    parse_control, parse_labelled, read_control, read_labelled, ControlSet, LabelledRun,
-    LabelledSet,
+    family_name, parse_control, parse_labelled, read_control, read_families, read_labelled,
+    ControlSet, Family, LabelledRun, LabelledSet,
 };
 pub use measure::{
     Breakdown, ControlReport, FiredKind, Flagged, JudgeLoad, Metrics, NearMiss, NearMissKind,
@@ -276,9 +276,21 @@ pub struct FoldsReport {
     pub folds: usize,
     pub seed: u64,
     pub stratified_by: &'static str,
+    /// The families the folds are, when the labelled files are several and no `--folds` was
+    /// given: each family measured at the point chosen on the others (leave one family out).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
     pub per_fold: Vec<FoldReport>,
     /// With a sweep: every run measured at the point chosen without it (its fold's point).
     pub cross_validated: Option<SetReport>,
+}
+
+/// One family of agents (one labelled file of several), measured at the evaluated point.
+#[derive(Debug, Clone, Serialize)]
+pub struct FamilyReport {
+    pub name: String,
+    pub file: String,
+    pub metrics: Metrics,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -316,6 +328,9 @@ pub struct EvalReport {
     pub focus: usize,
     pub choice_rule: &'static str,
     pub result: SetReport,
+    /// With several labelled files: each family's figures at the evaluated point.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<FamilyReport>,
     pub folds: Option<FoldsReport>,
     /// `--by-rule` / `--ablate`: every rule measured at the evaluated point.
     pub rules: Option<rules::RulesReport>,
@@ -376,6 +391,7 @@ pub fn evaluate(
     mut progress: impl FnMut(&Progress),
 ) -> Result<EvalReport, EvalError> {
     let started = Instant::now();
+    let by_family = labelled.families.len() > 1;
     if let Some(k) = opts.folds {
         if k < 2 || k > labelled.runs.len() {
             return Err(EvalError::Invalid(format!(
@@ -481,11 +497,22 @@ pub fn evaluate(
     }
 
     let n = labelled.runs.len();
-    let fold_of: Option<Vec<usize>> = opts
-        .folds
-        .map(|k| assign_folds(&labelled.runs, k, opts.seed));
-    let fold_at = |i: usize| fold_of.as_ref().map(|f| f[i]);
     let sweep = points.len() > 1;
+    // Several families and a sweep: each family is a fold, measured at the point chosen on the
+    // others (leave one family out), unless --folds asks for stratified folds.
+    let family_folds = opts.folds.is_none() && by_family && sweep;
+    let fold_count = if family_folds {
+        Some(labelled.families.len())
+    } else {
+        opts.folds
+    };
+    let fold_of: Option<Vec<usize>> = if family_folds {
+        Some(labelled.family_of())
+    } else {
+        opts.folds
+            .map(|k| assign_folds(&labelled.runs, k, opts.seed))
+    };
+    let fold_at = |i: usize| fold_of.as_ref().map(|f| f[i]);
     let records_at = |p: usize| -> Vec<RunRecord> {
         (0..n)
             .map(|i| {
@@ -576,8 +603,18 @@ pub fn evaluate(
     };
     let result = set_report(focus);
 
+    let families: Vec<FamilyReport> = labelled
+        .families
+        .iter()
+        .filter(|_| by_family)
+        .map(|fam| FamilyReport {
+            name: fam.name.clone(),
+            file: fam.file.clone(),
+            metrics: metrics_at(focus, &|i| fam.runs.contains(&i)),
+        })
+        .collect();
     let folds = fold_of.as_ref().map(|fold_of| {
-        let k = opts.folds.unwrap_or(2);
+        let k = fold_count.unwrap_or(2);
         let mut per_fold = Vec::with_capacity(k);
         let mut chosen_for = vec![0usize; k];
         for (f, chosen_slot) in chosen_for.iter_mut().enumerate() {
@@ -628,7 +665,16 @@ pub fn evaluate(
         FoldsReport {
             folds: k,
             seed: opts.seed,
-            stratified_by: "label and kind",
+            stratified_by: if family_folds {
+                "family (leave one family out)"
+            } else {
+                "label and kind"
+            },
+            names: if family_folds {
+                labelled.families.iter().map(|f| f.name.clone()).collect()
+            } else {
+                Vec::new()
+            },
             per_fold,
             cross_validated,
         }
@@ -646,7 +692,8 @@ pub fn evaluate(
             replays_labelled: &replayed[focus].labelled,
             replays_controls: &replayed[focus].controls,
             fold_of: fold_of.as_deref(),
-            folds: opts.folds.unwrap_or(0),
+            folds: fold_count.unwrap_or(0),
+            family_of: by_family.then(|| labelled.family_of()),
         };
         Some(rules::measure(&focus_ctx, |config, file, runs| {
             let (judge, _) = judge_for(config)?;
@@ -694,6 +741,7 @@ pub fn evaluate(
         focus,
         choice_rule: CHOICE_RULE,
         result,
+        families,
         folds,
         rules,
         ablated: opts.ablate,

@@ -333,6 +333,53 @@ fn model_texts(p: &super::PointReport, with_controls: bool) -> String {
     )
 }
 
+/// Each family's figures, and each control file's runs flagged: does detection hold on every
+/// family of agents, not on average?
+fn families_section(r: &EvalReport) -> String {
+    let mut s = String::from("## Per family\n\n");
+    let mut t = Table::new(&[
+        "family",
+        "runs",
+        "P",
+        "R",
+        "F1",
+        "caught",
+        "on time",
+        "reworded on time",
+        "false alarms",
+    ]);
+    for f in &r.families {
+        let m = &f.metrics;
+        t.row(vec![
+            format!("`{}`", f.name),
+            m.runs.to_string(),
+            num(m.rates.precision, 3),
+            num(m.rates.recall, 3),
+            num(m.rates.f1, 3),
+            of(m.caught, m.loops),
+            of(m.on_time, m.loops),
+            of(m.reworded_on_time, m.reworded_loops),
+            of(m.false_alarms, m.no_loops),
+        ]);
+    }
+    for c in &r.result.controls {
+        t.row(vec![
+            format!("control `{}`", c.file.rsplit('/').next().unwrap_or(&c.file)),
+            c.runs.to_string(),
+            "–".into(),
+            "–".into(),
+            "–".into(),
+            "–".into(),
+            "–".into(),
+            "–".into(),
+            of(c.flagged, c.runs),
+        ]);
+    }
+    s.push_str(&t.render());
+    s.push_str("\nThe figures below pool every family.\n\n");
+    s
+}
+
 /// The report as Markdown text.
 pub fn text(r: &EvalReport) -> String {
     let mut s = String::from("# loopguard eval\n\n");
@@ -359,6 +406,9 @@ pub fn text(r: &EvalReport) -> String {
             settings_text(&r.points[r.focus].settings),
             r.choice_rule
         ));
+    }
+    if !r.families.is_empty() {
+        s.push_str(&families_section(r));
     }
     s.push_str(&metrics_section(&r.result.metrics));
     s.push('\n');
@@ -419,10 +469,17 @@ pub fn text(r: &EvalReport) -> String {
     }
 
     if let Some(f) = &r.folds {
-        s.push_str(&format!(
-            "## {} folds (stratified by {}, seed {})\n\n",
-            f.folds, f.stratified_by, f.seed
-        ));
+        if f.names.is_empty() {
+            s.push_str(&format!(
+                "## {} folds (stratified by {}, seed {})\n\n",
+                f.folds, f.stratified_by, f.seed
+            ));
+        } else {
+            s.push_str(&format!(
+                "## Each family at the point chosen on the others ({} families)\n\n",
+                f.folds
+            ));
+        }
         if r.points.len() > 1 {
             s.push_str(&format!(
                 "Each fold's point is chosen on the other folds ({}), then measured on the fold.\n\n",
@@ -445,7 +502,10 @@ pub fn text(r: &EvalReport) -> String {
         for p in &f.per_fold {
             let m = &p.test;
             t.row(vec![
-                p.fold.to_string(),
+                f.names
+                    .get(p.fold)
+                    .cloned()
+                    .unwrap_or_else(|| p.fold.to_string()),
                 p.runs.to_string(),
                 p.chosen_settings
                     .as_ref()
@@ -487,6 +547,12 @@ pub fn text(r: &EvalReport) -> String {
         ));
         s.push_str(&super::rules::markdown(rules, &r.controls, r.ablated));
         s.push('\n');
+        if !r.families.is_empty() {
+            s.push_str("### Rules per family\n\n");
+            let names: Vec<String> = r.families.iter().map(|f| f.name.clone()).collect();
+            s.push_str(&super::rules::family_markdown(rules, &names));
+            s.push('\n');
+        }
     }
 
     s.push_str("## Definitions\n\n");

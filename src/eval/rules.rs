@@ -63,6 +63,16 @@ pub struct Without {
     pub earns_its_place: bool,
 }
 
+/// One rule in one family: the labelled runs it fired first on, and (left out) what only it did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct InFamily {
+    pub loops: usize,
+    pub false_alarms: usize,
+    /// Loops on time only with it, false alarms only it raises (0 when it decided nothing).
+    pub only_it_on_time: usize,
+    pub false_alarms_it_adds: usize,
+}
+
 /// One rule of the table, measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct RuleRow {
@@ -70,6 +80,9 @@ pub struct RuleRow {
     /// `loop` or `question`.
     pub outcome: &'static str,
     pub first: FirstFired,
+    /// With several families: the rule in each (the order of the labelled files).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<InFamily>,
     /// Labelled and control runs where some verdict names the rule (it decided an event).
     pub decided_runs: usize,
     /// Leaving it out; `None` when no run names it (switched off, nothing would change).
@@ -96,6 +109,8 @@ pub(super) struct Focus<'a> {
     pub replays_controls: &'a [Vec<Replayed>],
     pub fold_of: Option<&'a [usize]>,
     pub folds: usize,
+    /// With several families: the family of each labelled run.
+    pub family_of: Option<Vec<usize>>,
 }
 
 /// Measure every rule. `replay(config, runs)` replays runs at a configuration.
@@ -171,6 +186,41 @@ pub(super) fn measure(
         } else {
             None
         };
+        let families = match &f.family_of {
+            Some(family_of) => {
+                let k = family_of.iter().max().map_or(0, |m| m + 1);
+                let mut fams = vec![InFamily::default(); k];
+                for (i, r) in f.records.iter().enumerate() {
+                    if r.fired.as_ref().and_then(|v| v.rule.as_deref()) == Some(id) {
+                        match r.outcome {
+                            Outcome::OnTime | Outcome::Late => fams[family_of[i]].loops += 1,
+                            Outcome::FalseAlarm => fams[family_of[i]].false_alarms += 1,
+                            _ => {}
+                        }
+                    }
+                }
+                if let Some(w) = &without {
+                    let family = |id: &String| {
+                        f.records
+                            .iter()
+                            .position(|r| &r.id == id)
+                            .map(|i| family_of[i])
+                    };
+                    for id in &w.only_it_on_time {
+                        if let Some(x) = family(id) {
+                            fams[x].only_it_on_time += 1;
+                        }
+                    }
+                    for id in &w.false_alarms_it_adds {
+                        if let Some(x) = family(id) {
+                            fams[x].false_alarms_it_adds += 1;
+                        }
+                    }
+                }
+                fams
+            }
+            None => Vec::new(),
+        };
         rows.push(RuleRow {
             rule: id,
             outcome: if rule.is_question() {
@@ -179,6 +229,7 @@ pub(super) fn measure(
                 "loop"
             },
             first,
+            families,
             decided_runs,
             without,
         });
@@ -279,6 +330,40 @@ fn compare(f: &Focus<'_>, labelled: &[Replayed], controls: &[Vec<Replayed>]) -> 
 /// A control file's name without its directories.
 fn short(file: &str) -> &str {
     file.rsplit('/').next().unwrap_or(file)
+}
+
+/// Each rule in each family: loops it fired first on / false alarms, and, left out, what only it
+/// did (+ loops on time only with it, − false alarms only it raises).
+pub fn family_markdown(report: &RulesReport, families: &[String]) -> String {
+    let mut s = String::new();
+    s.push_str("| rule |");
+    for f in families {
+        s.push_str(&format!(" {f} |"));
+    }
+    s.push_str("\n| --- |");
+    s.push_str(&" --- |".repeat(families.len()));
+    s.push('\n');
+    for r in &report.rows {
+        if r.families.iter().all(|x| x.loops + x.false_alarms == 0) {
+            continue;
+        }
+        s.push_str(&format!("| `{}` |", r.rule));
+        for x in &r.families {
+            let only = if x.only_it_on_time + x.false_alarms_it_adds > 0 {
+                format!(" (+{} −{})", x.only_it_on_time, x.false_alarms_it_adds)
+            } else {
+                String::new()
+            };
+            s.push_str(&format!(" {} / {}{only} |", x.loops, x.false_alarms));
+        }
+        s.push('\n');
+    }
+    s.push_str(
+        "\nEach cell: loops the rule fired first on / false alarms it fired first on; in \
+         brackets, with the rule left out: loops on time only with it (+) and false alarms only it \
+         raises (−). Rules that fired first on no labelled run are left out.\n",
+    );
+    s
 }
 
 /// The rules section of the Markdown report.
