@@ -1,0 +1,417 @@
+//! Detection that holds on families of agents no rule was written for (the families issue), on
+//! the real model: group chats, people writing to agents, coding-agent sessions. Each behaviour
+//! that keeps legitimate repetition quiet is tested beside the loop it must not hide.
+
+mod common;
+
+use common::*;
+use loopguard::{Config, Envelope, Verdict};
+use serde_json::json;
+
+fn first_rule(vs: &[Verdict]) -> Option<(usize, String)> {
+    let i = first_loop(vs)?;
+    Some((i, vs[i].rule.clone().unwrap_or_default()))
+}
+
+fn to_group(task: &str, from: &str, group: &str, request: &str) -> Envelope {
+    ev(
+        task,
+        json!({"type": "collaboration", "from_agent": from, "to_agent": group,
+               "request": request, "to_group": true}),
+    )
+}
+
+/// A coding agent's own output after a turn, as a tool call: what it did, then its status line
+/// of counters (tokens sent, cost so far).
+fn status(task: &str, did: &str, sent: f32, cost: f32) -> Envelope {
+    call_with(
+        task,
+        "agent",
+        json!({"after": "edit"}),
+        &format!(
+            "{did}\nTokens: {sent:.1}k sent, 312 received. Cost: $0.01 message, ${cost:.2} session."
+        ),
+        false,
+    )
+}
+
+// 1. What answers a request. ---------------------------------------------------------------
+
+#[tokio::test]
+async fn in_a_group_chat_another_members_message_answers_a_request() {
+    let e = engine(Config::default());
+    let ask = "Please write the script that downloads the daily exchange rates.";
+    // Every message goes to the hub; the coder's message answers the planner's, which comes
+    // back as the next step of the plan, answered again.
+    let vs = feed(
+        &e,
+        vec![
+            to_group("g", "planner", "chat_manager", ask),
+            to_group(
+                "g",
+                "coder",
+                "chat_manager",
+                "Here is a first version using the requests library.",
+            ),
+            to_group("g", "planner", "chat_manager", ask),
+            to_group(
+                "g",
+                "critic",
+                "chat_manager",
+                "The first version does not handle network timeouts.",
+            ),
+            to_group("g", "planner", "chat_manager", ask),
+            to_group(
+                "g",
+                "coder",
+                "chat_manager",
+                "Timeouts are handled now, with three retries.",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+
+    // The loop it must not hide: the same request re-sent with no member answering between.
+    let vs = feed(
+        &e,
+        vec![
+            to_group(
+                "g2",
+                "planner",
+                "chat_manager",
+                "Let us plan the data pipeline.",
+            ),
+            to_group(
+                "g2",
+                "coder",
+                "chat_manager",
+                "I can write the download step.",
+            ),
+            to_group("g2", "planner", "chat_manager", ask),
+            to_group("g2", "planner", "chat_manager", ask),
+        ],
+    )
+    .await;
+    assert_eq!(
+        first_rule(&vs),
+        Some((3, "collaboration.same_request".to_string())),
+        "{vs:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_group_is_also_recognised_from_who_writes_to_whom() {
+    // No `to_group`: two agents write to one addressee that never writes itself.
+    let e = engine(Config::default());
+    let ask = "Please review the pull request for the login page.";
+    let vs = feed(
+        &e,
+        vec![
+            collab("g", "dev", "manager", ask),
+            collab(
+                "g",
+                "qa",
+                "manager",
+                "Reviewed: two comments on input validation.",
+            ),
+            collab("g", "dev", "manager", ask),
+        ],
+    )
+    .await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
+async fn an_agents_response_and_tool_calls_answer_a_users_request() {
+    let e = engine(Config::default());
+    let ask = "Add a dark mode toggle to the settings page.";
+    let vs = feed(
+        &e,
+        vec![
+            collab("u", "user", "coder", ask),
+            response(
+                "u",
+                "I'll add a toggle to settings.tsx that switches the theme class.",
+            ),
+            status("u", "Applied edit to settings.tsx", 4.2, 0.02),
+            collab("u", "user", "coder", ask),
+        ],
+    )
+    .await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+}
+
+// 2. Numbers that move on every call. -----------------------------------------------------
+
+#[tokio::test]
+async fn an_edit_that_fails_to_apply_again_and_again_is_a_loop_whatever_its_counters() {
+    let e = engine(Config::default());
+    let failed = "The LLM did not conform to the edit format.\nSearchReplaceNoExactMatch: This SEARCH block failed to exactly match lines in app.py";
+    let mut events = vec![
+        // The status line comes after every turn, whatever the turn did: a counter.
+        status("c", "Applied edit to models.py", 2.1, 0.01),
+        status(
+            "c",
+            "Applied edit to views.py\nCommit 1a2b3c4 add the list view",
+            3.4,
+            0.03,
+        ),
+        status("c", "Added tests/test_views.py to the chat", 3.9, 0.04),
+    ];
+    for (i, sent) in [4.2, 4.5, 4.8].into_iter().enumerate() {
+        events.push(response(
+            "c",
+            "I'll fix the filter in app.py with a SEARCH/REPLACE block.",
+        ));
+        events.push(status("c", failed, sent, 0.05 + i as f32 * 0.01));
+    }
+    let vs = feed(&e, events).await;
+    assert_eq!(
+        first_rule(&vs),
+        Some((8, "repeat.tool_call".to_string())),
+        "{vs:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_poll_whose_own_numbers_move_is_not_a_loop() {
+    // The numbers that move are the output's own (the job's progress), not a counter the
+    // environment prints after every call.
+    let e = engine(Config::default());
+    let mut events = Vec::new();
+    for pct in [20, 40, 60, 80] {
+        events.push(bash(
+            "kubectl get job migrate -o jsonpath='{.status}'",
+            &format!(
+                "job migrate: {pct}% complete, {} of 500 rows copied",
+                pct * 5
+            ),
+            false,
+        ));
+    }
+    let vs = feed(&e, events).await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+}
+
+// 3. Protocol turns from people. ----------------------------------------------------------
+
+#[tokio::test]
+async fn a_persons_answers_to_confirmation_prompts_are_not_requests() {
+    let e = engine(Config::default());
+    let mut events = Vec::new();
+    for file in ["src/app.py", "src/models.py", "src/views.py", "src/urls.py"] {
+        events.push(collab(
+            "p",
+            "user",
+            "coder",
+            "Add file to the chat? (Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]: all",
+        ));
+        events.push(status("p", &format!("Added {file} to the chat"), 1.0, 0.0));
+    }
+    let vs = feed(&e, events).await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+    // The answers match nothing: they are no request, repeated or not.
+    assert!(vs.iter().step_by(2).all(|v| v.matched.is_none()), "{vs:#?}");
+}
+
+// 4. Conversational loops. ----------------------------------------------------------------
+
+#[tokio::test]
+async fn agents_trading_thanks_and_goodbyes_after_the_work_is_done_are_a_loop() {
+    let e = engine(Config::default());
+    let pm = "Product_Manager";
+    let eng = "Engineer";
+    let vs = feed(
+        &e,
+        vec![
+            to_group(
+                "c",
+                eng,
+                "chat_manager",
+                "Here is the Spark training example with FLAML, tested on the sample data.",
+            ),
+            to_group(
+                "c",
+                pm,
+                "chat_manager",
+                "Great, let me know if you need any further assistance.",
+            ),
+            to_group(
+                "c",
+                eng,
+                "chat_manager",
+                "Sure, will do. Thank you for your help!",
+            ),
+            to_group(
+                "c",
+                pm,
+                "chat_manager",
+                "You're welcome! Have a great day ahead!",
+            ),
+            to_group("c", eng, "chat_manager", "You too, have a great day ahead!"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        first_rule(&vs),
+        Some((3, "collaboration.courtesies".to_string())),
+        "{vs:#?}"
+    );
+}
+
+#[tokio::test]
+async fn one_exchange_of_thanks_or_one_agents_farewells_are_not_a_loop() {
+    let e = engine(Config::default());
+    let vs = feed(
+        &e,
+        vec![
+            collab(
+                "f",
+                "assistant",
+                "user",
+                "The report is ready in report.pdf.",
+            ),
+            collab(
+                "f",
+                "user",
+                "assistant",
+                "Thanks a lot, that's exactly what I needed!",
+            ),
+            collab("f", "assistant", "user", "You're welcome! TERMINATE"),
+            collab("f", "user", "assistant", "TERMINATE"),
+        ],
+    )
+    .await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+    // A support agent's farewells, one after another: one party, no conversation.
+    let mut events = Vec::new();
+    for farewell in [
+        "You're welcome! If you have any other questions, feel free to reach out.",
+        "Thank you for contacting us. Have a great day!",
+        "Glad I could help with your booking. Safe travels!",
+        "You're all set. Goodbye and have a nice trip!",
+    ] {
+        events.push(response("s", farewell));
+    }
+    let vs = feed(&e, events).await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+}
+
+// 5. Legitimate templated repetition. -----------------------------------------------------
+
+/// An evaluation prompt: a long fixed template (the task and two graded examples), then the item.
+fn grading_prompt(item: &str) -> String {
+    let mut s = String::from(
+        "Task: Math problem solving. Task description: given any question, the system needs to solve the problem as concisely and accurately as possible. ",
+    );
+    for n in 0..6 {
+        s.push_str(&format!(
+            "Example {n}: the problem, the reference solution, and the assistant's messages, graded for interpretation, methodology, calculation and clarity. "
+        ));
+    }
+    s.push_str("Now grade this case. ");
+    s.push_str(item);
+    s
+}
+
+const GRADE: &str = "{\"Problem Interpretation\": \"completely accurate\", \"Calculation Correctness\": \"completely correct\", \"Explanation Clarity\": \"very clear\"}";
+
+#[tokio::test]
+async fn a_batch_of_items_through_one_long_template_is_not_a_loop() {
+    let e = engine(Config::default());
+    let items = [
+        "Problem: what is the sum of the two-digit factors of 144? The assistant wrote a loop over 10..99 and printed the sum of the divisors, 226.",
+        "Problem: how many positive integers n satisfy 4n + 3 < 25 and -7n + 5 < 24? The assistant solved both inequalities with sympy and intersected the ranges.",
+        "Problem: a right triangle has legs 6 and 8; what is the altitude to the hypotenuse? The assistant computed the area twice and divided.",
+        "Problem: convert 0.3 repeating divided by 0.03 repeating to a fraction. The assistant simplified 1/3 over 1/33 to 11.",
+    ];
+    let mut events = Vec::new();
+    for item in items {
+        events.push(collab("b", "grader_proxy", "grader", &grading_prompt(item)));
+        events.push(collab("b", "grader", "grader_proxy", GRADE));
+    }
+    let vs = feed(&e, events).await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+
+    // The loop it must not hide: the very same item sent back again and again, graded alike.
+    let mut events = Vec::new();
+    for _ in 0..3 {
+        events.push(collab(
+            "b2",
+            "grader_proxy",
+            "grader",
+            &grading_prompt(items[0]),
+        ));
+        events.push(collab("b2", "grader", "grader_proxy", GRADE));
+    }
+    let vs = feed(&e, events).await;
+    assert!(first_loop(&vs).is_some(), "{vs:#?}");
+}
+
+#[tokio::test]
+async fn a_game_played_move_after_move_is_not_a_loop() {
+    let e = engine(Config::default());
+    let mut events = Vec::new();
+    for (guess, answer) in [
+        ("50", "Too low."),
+        ("75", "Too high."),
+        ("62", "Too high."),
+        ("56", "Too high."),
+        ("53", "Too low."),
+        ("54", "Correct! You've guessed my number."),
+    ] {
+        events.push(collab("n", "guesser", "host", guess));
+        events.push(collab("n", "host", "guesser", answer));
+    }
+    let vs = feed(&e, events).await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+}
+
+// 6. The user who asks again. -------------------------------------------------------------
+
+#[tokio::test]
+async fn a_user_asking_again_after_the_same_failure_each_time_is_a_loop() {
+    let e = engine(Config::default());
+    let ask = "The app still crashes on start, please fix it.";
+    let crash = "Traceback (most recent call last):\n  File \"app.py\", line 3, in <module>\n    import flask\nModuleNotFoundError: No module named 'flask'";
+    let mut events = Vec::new();
+    for _ in 0..3 {
+        events.push(collab("a", "user", "coder", ask));
+        events.push(call_with(
+            "a",
+            "bash",
+            json!({"command": "python app.py"}),
+            crash,
+            true,
+        ));
+    }
+    let vs = feed(&e, events).await;
+    assert_eq!(
+        first_rule(&vs),
+        Some((4, "collaboration.asked_again".to_string())),
+        "{vs:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_user_re_running_a_command_that_shows_new_output_each_time_is_not_a_loop() {
+    let e = engine(Config::default());
+    let mut events = Vec::new();
+    for (failing, passing) in [(5, 20), (3, 22), (1, 24), (0, 25)] {
+        events.push(collab("r", "user", "coder", "/run pytest -q"));
+        events.push(call_with(
+            "r",
+            "bash",
+            json!({"command": "pytest -q"}),
+            &format!("{failing} failed, {passing} passed in 2.1s"),
+            failing > 0,
+        ));
+        events.push(response(
+            "r",
+            "Fixed the next failing assertion in the parser.",
+        ));
+    }
+    let vs = feed(&e, events).await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+}
