@@ -64,6 +64,25 @@ def test_a_collaboration_verdict_says_how_the_artifact_changed(
     assert len(change.hash) == 16
 
 
+def test_a_message_to_a_group_is_answered_by_another_member(
+    client: loopguard.Client,
+) -> None:
+    t = task("group")
+    ask = "Please write the script that downloads the daily exchange rates."
+    verdicts = [
+        client.evaluate(Collaboration("planner", "chat_manager", ask, to_group=True), task_id=t),
+        client.evaluate(
+            Collaboration("coder", "chat_manager", "Here is a first version.", to_group=True),
+            task_id=t,
+        ),
+        client.evaluate(Collaboration("planner", "chat_manager", ask, to_group=True), task_id=t),
+    ]
+    assert [v.loop for v in verdicts] == [False, False, False]
+    # Re-sent with no member answering between: the request went unanswered.
+    again = client.evaluate(Collaboration("planner", "chat_manager", ask, to_group=True), task_id=t)
+    assert again.loop and again.kind == "collaboration_loop", again
+
+
 def test_a_reworded_loop_climbs_warn_pivot_pause_and_a_reset_clears_it(
     client: loopguard.Client,
 ) -> None:

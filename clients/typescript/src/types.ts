@@ -91,6 +91,11 @@ export interface Collaboration {
   from_agent: string;
   to_agent: string;
   request: string;
+  /**
+   * `to_agent` is a group (a chat manager, a channel): every member sees the message and another
+   * member's message answers it. Also inferred from who writes to whom when absent.
+   */
+  to_group?: boolean;
 }
 
 export interface Transition {

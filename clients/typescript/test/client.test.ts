@@ -97,7 +97,7 @@ describe("the client against a real server", () => {
       await lg.evaluate(response("Reading the file."), { taskId: t, step: "worker", goal: "fix the cart" }),
       await lg.evaluate(transition("plan", "implement", "planned"), { taskId: t }),
       await lg.evaluate(progress({ tests_passed: 3, tests_failed: 1, coverage: 52.5 }), { taskId: t }),
-      await lg.evaluate({ type: "collaboration", from_agent: "a", to_agent: "b", request: "review it" }, { taskId: t }),
+      await lg.evaluate({ type: "collaboration", from_agent: "a", to_agent: "team", request: "review it", to_group: true }, { taskId: t }),
       await lg.evaluate({ task_id: sub, parent_task_id: t, agent_id: "sub", event: failure("boom") }),
       await lg.evaluate(failure("boom two"), { taskId: sub, parentTaskId: t, ts: new Date() }),
       await lg.evaluate(outcome("success", "done"), { taskId: t }),

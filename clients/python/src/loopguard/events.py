@@ -100,19 +100,28 @@ class Response:
 
 @dataclass(frozen=True)
 class Collaboration:
-    """One agent asking another for help."""
+    """One agent (or a person) writing to another agent, or to a group.
+
+    ``to_group``: ``to_agent`` is a group (a chat manager, a channel) whose every member sees the
+    message, so another member's message answers it. loopguard also infers a group from who writes
+    to whom (two agents or more write to it and it never writes itself).
+    """
 
     from_agent: str
     to_agent: str
     request: str
+    to_group: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
+        d: Dict[str, Any] = {
             "type": "collaboration",
             "from_agent": self.from_agent,
             "to_agent": self.to_agent,
             "request": self.request,
         }
+        if self.to_group:
+            d["to_group"] = True
+        return d
 
 
 @dataclass(frozen=True)
