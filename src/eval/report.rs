@@ -480,16 +480,22 @@ pub fn text(r: &EvalReport) -> String {
                 f.folds
             ));
         }
+        let (unit, units) = if f.names.is_empty() {
+            ("fold", "folds")
+        } else {
+            ("family", "families")
+        };
         if r.points.len() > 1 {
             s.push_str(&format!(
-                "Each fold's point is chosen on the other folds ({}), then measured on the fold.\n\n",
+                "Each {unit}'s point is chosen on the other {units} ({}), then measured on the {unit}.\n\n",
                 r.choice_rule
             ));
         }
+        let chosen_on = format!("chosen on the other {units}");
         let mut t = Table::new(&[
-            "fold",
+            unit,
             "runs",
-            "chosen on the other folds",
+            &chosen_on,
             "F1 there",
             "P",
             "R",
