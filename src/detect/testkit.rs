@@ -78,11 +78,6 @@ impl Scene {
         }
         let mut links = matching::links(&self.cfg.detect, &self.state, &entry);
         matching::compare_slots(&self.cfg.detect, entry.body.channel(), &mut links, &slots);
-        if super::collaboration::to_the_unheard(&self.state, &entry) {
-            for l in links.iter_mut() {
-                l.same = false;
-            }
-        }
         entry.same_as = links
             .iter()
             .filter(|l| l.same && !l.stale)

@@ -125,11 +125,6 @@ impl Engine {
                 &mut pass.links,
                 &slot_cosines,
             );
-            if crate::detect::collaboration::to_the_unheard(state, &pass.entry) {
-                for l in pass.links.iter_mut() {
-                    l.same = false;
-                }
-            }
             let entry = &mut pass.entry;
             entry.same_as = pass
                 .links
