@@ -16,8 +16,8 @@ fn invalid(name: &str, message: impl Into<String>) -> ApiError {
     ApiError::bad_request("invalid_parameter", message).at(name)
 }
 
-/// The `{task_id}` of a task route: 1..256 characters without control characters, like the
-/// `task_id` of an event.
+/// The `{task_id}` of a task route: 1..256 characters without control or invisible characters,
+/// like the `task_id` of an event, and kept in NFC as it is.
 pub struct TaskId(pub String);
 
 impl FromRequestParts<Arc<AppState>> for TaskId {
@@ -58,7 +58,7 @@ impl FromRequestParts<Arc<AppState>> for TaskId {
                 ),
             ));
         }
-        Ok(TaskId(id))
+        Ok(TaskId(loopguard::event::task_id_nfc(&id)))
     }
 }
 

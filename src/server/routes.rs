@@ -696,10 +696,11 @@ pub async fn feedback(
         "",
         &Limits::of(&state.cfg.server),
     )?;
-    let req: FeedbackRequest = typed(value)?;
+    let mut req: FeedbackRequest = typed(value)?;
     if let Some(why) = loopguard::event::task_id_problem(&req.task_id) {
         return Err(ApiError::bad_request("invalid_event", why).at("task_id"));
     }
+    req.task_id = loopguard::event::task_id_nfc(&req.task_id);
     let record = state
         .engine
         .feedback(&req.task_id, req.seq, req.label, req.note, req.matched_seq)

@@ -331,7 +331,7 @@ fn task_of(s: &Span, resource: &[(String, Attr)], key: &str) -> String {
         });
         if let Some(v) = value {
             if loopguard::event::validate_task_id(key, v).is_ok() {
-                return v.to_string();
+                return loopguard::event::task_id_nfc(v);
             }
         }
     }
