@@ -227,6 +227,16 @@ async fn openapi_and_operational_endpoints_answer(backend: &Backend) {
         .await
         .unwrap();
     assert!(metrics.contains("loopguard_model_ready 1"), "{metrics}");
+    // Every reason a connection is closed for has its series from the start (issue 43: the
+    // `body_timeout` one was missing).
+    for reason in ["header_timeout", "body_timeout", "idle_timeout", "evicted"] {
+        assert!(
+            metrics.contains(&format!(
+                "loopguard_http_connections_closed_total{{reason=\"{reason}\"}}"
+            )),
+            "{reason}: {metrics}"
+        );
+    }
 }
 
 /// A root takes `server.max_subtasks` subtasks; the next one's first event is 409
@@ -565,6 +575,21 @@ async fn slow_bodies_time_out_and_oversized_ones_are_refused_before_they_are_sen
         "{:?}",
         started.elapsed()
     );
+    // Issue 43: the connection closed with the 408 is counted, and OTLP's body reader
+    // answers a slow body the same way (it said 413 body_too_large).
+    let mut sock = tokio::net::TcpStream::connect(addr(&s)).await.unwrap();
+    sock.write_all(
+        b"POST /v1/traces HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 80\r\n\r\n{\"resourceSpans\"",
+    )
+    .await
+    .unwrap();
+    let (bytes, closed) = read_until_closed(&mut sock, Duration::from_secs(10)).await;
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(closed, "closed after the answer");
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("\"body_timeout\""), "{text}");
+    let m = s.get_text(&client, "/metrics").await;
+    assert!(closed_count(&m, "body_timeout") >= 2.0, "{m}");
 
     let mut sock = tokio::net::TcpStream::connect(addr(&s)).await.unwrap();
     sock.write_all(
