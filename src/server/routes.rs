@@ -87,7 +87,7 @@ pub(super) fn clamp_to_now(t: time::OffsetDateTime, skew_secs: u64) -> time::Off
         (status = 200, description = "The verdict (or, for a batch, one item per event: a verdict or `{\"error\": ...}`)", body = Verdict),
         (status = 400, description = "Malformed JSON, invalid UTF-8, an invalid event; `path` names the field", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 409, description = "A new subtask of a root that has server.max_subtasks already (`too_many_subtasks`)", body = ErrorBody),
+        (status = 409, description = "A new subtask of a root that has server.max_subtasks already (`too_many_subtasks`), or a `parent_task_id` that would move a task that exists under another parent (`parent_conflict`; a task keeps the place it was created with)", body = ErrorBody),
         (status = 413, description = "Body or a text field too large", body = ErrorBody),
         (status = 429, description = "The embedding queue is full; see Retry-After", body = ErrorBody),
         (status = 503, description = "Model unavailable, store failure or timeout", body = ErrorBody),
