@@ -381,6 +381,104 @@ async fn malformed_hook_payloads_are_400_naming_the_field_and_change_nothing() {
     assert_eq!(list["total"], 0, "{list}");
 }
 
+/// `VmHWM` (peak resident set) and `VmRSS` of a process, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{name} in {status}"))
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// A protobuf `ExportTraceServiceRequest` of `n` empty spans in one scope of one resource:
+/// two bytes a span, the most spans a body can hold.
+fn empty_spans_protobuf(n: usize) -> Vec<u8> {
+    fn varint(mut v: usize, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    let mut scope = vec![0x12]; // ResourceSpans.scope_spans
+    let spans_len = 2 * n;
+    varint(spans_len, &mut scope);
+    scope.extend(std::iter::repeat_n([0x12u8, 0x00], n).flatten()); // ScopeSpans.spans, empty
+    let mut body = vec![0x0a]; // ExportTraceServiceRequest.resource_spans
+    varint(scope.len(), &mut body);
+    body.extend(scope);
+    body
+}
+
+/// Issue 43: a body of millions of empty spans (8 MiB of protobuf raised the service's RSS by
+/// 1.5 GiB) is refused while it is decoded, `413 too_many_items` naming `otlp.max_spans`, and
+/// the service's peak memory stays within a few body sizes of where it was; the same for OTLP
+/// JSON. Memory afterwards is back near its level before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_otlp_body_of_millions_of_spans_is_refused_without_the_memory_it_would_take() {
+    let s = Backend::embedded().start(&[]);
+    let client = http_client();
+    s.ready(&client).await;
+    let pid = s.child.id();
+    let limit = 8 << 20;
+    let n = (limit - 16) / 2;
+    let protobuf = empty_spans_protobuf(n);
+    assert!(protobuf.len() <= limit, "{}", protobuf.len());
+    let mut json = br#"{"resourceSpans":[{"scopeSpans":[{"spans":["#.to_vec();
+    while json.len() < limit - 40 {
+        json.extend_from_slice(br#"{"name":"x"},"#);
+    }
+    json.extend_from_slice(br#"{"name":"x"}]}]}]}"#);
+    let (before, rss_before) = memory_kib(pid);
+    let send = |body: Vec<u8>, media: &'static str| {
+        let client = client.clone();
+        let url = s.url("/v1/traces");
+        async move {
+            let r = client
+                .post(url)
+                .header("content-type", media)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    // Two at once, as in the probe, then the JSON one.
+    let (a, b) = tokio::join!(
+        send(protobuf.clone(), "application/x-protobuf"),
+        send(protobuf, "application/x-protobuf")
+    );
+    let (c, d) = tokio::join!(
+        send(json.clone(), "application/json"),
+        send(json, "application/json")
+    );
+    for (status, v) in [a, b, c, d] {
+        assert_eq!(status, 413, "{v}");
+        assert_eq!(v["code"], "too_many_items", "{v}");
+        assert!(
+            v["message"].as_str().unwrap().contains("otlp.max_spans"),
+            "names the limit: {v}"
+        );
+    }
+    let (peak, rss_after) = memory_kib(pid);
+    let grew_mib = peak.saturating_sub(before) / 1024;
+    // Four 8 MiB bodies held at once, and a copy of each while it is read: not the ×196 of
+    // a span object per two bytes.
+    assert!(
+        grew_mib < 128,
+        "peak RSS grew by {grew_mib} MiB (from {before} KiB to {peak} KiB)"
+    );
+    assert!(
+        rss_after.saturating_sub(rss_before) / 1024 < 128,
+        "RSS stays up: {rss_before} KiB before, {rss_after} KiB after"
+    );
+}
+
 /// A stand-in for the service that answers every request with `answer` (a whole HTTP response)
 /// and counts the requests; for what the command hook does with answers loopguard never gives.
 async fn canned_service(

@@ -40,6 +40,13 @@ pub struct OtlpConfig {
     pub task_attribute: String,
     /// Largest request body, compressed or not (exporters batch hundreds of spans).
     pub max_body_bytes: usize,
+    /// What one request may hold, counted while it is decoded (a body's memory is bounded by
+    /// these, not by its size): spans; attributes of any kind (resource, scope, span, event,
+    /// link) and the values nested in them; span events and links; resource and scope blocks.
+    pub max_spans: usize,
+    pub max_attributes: usize,
+    pub max_events: usize,
+    pub max_blocks: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -72,7 +72,9 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<
         let (code, path) = match e.kind {
             JsonErrorKind::DuplicateKey => ("invalid_json", Some(e.path.clone())),
             JsonErrorKind::TooDeep => ("too_deep", None),
-            JsonErrorKind::Syntax => ("invalid_json", None),
+            JsonErrorKind::Syntax | JsonErrorKind::OverLimit(_) | JsonErrorKind::Rejected => {
+                ("invalid_json", None)
+            }
         };
         let mut err = ApiError::bad_request(
             code,
