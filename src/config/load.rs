@@ -421,6 +421,12 @@ impl Config {
                 "max_spans, max_attributes, max_events and max_blocks must be at least 1".into(),
             );
         }
+        if self.feedback.max_records == 0 || self.feedback.max_per_task == 0 {
+            return bad(
+                "feedback",
+                "max_records and max_per_task must be at least 1".into(),
+            );
+        }
         if self.model.queue_capacity == 0 || self.model.queue_wait_target_ms == 0 {
             return bad(
                 "model",

@@ -29,6 +29,16 @@ pub struct Config {
     pub memory: MemoryConfig,
     pub server: ServerConfig,
     pub otlp: OtlpConfig,
+    pub feedback: FeedbackConfig,
+}
+
+/// How much feedback on verdicts is kept (`POST /v1/feedback`, docs/MEMORY.md): past either
+/// bound the oldest records are dropped (of the task, or of all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackConfig {
+    pub max_records: usize,
+    pub max_per_task: usize,
 }
 
 /// OTLP/HTTP traces in (`POST /v1/traces`, docs/INTEGRATIONS.md).

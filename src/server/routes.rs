@@ -746,35 +746,69 @@ pub async fn export_feedback(
     State(state): State<Arc<AppState>>,
     q: QueryParams,
 ) -> Result<Response, ApiError> {
-    let format = q.choice("format", &["pairs", "runs"])?;
-    let records = state
-        .engine
-        .feedback_store()
-        .list()
+    let runs = q.choice("format", &["pairs", "runs"])? == "runs";
+    // The first page is read before answering, so that a store that cannot be read is an
+    // error status, not a 200 cut short.
+    let store = Arc::clone(state.engine.feedback_store());
+    let first = store
+        .page(0, loopguard::feedback::PAGE)
         .await
         .map_err(loopguard::engine::EngineError::from)?;
-    let mut out = String::new();
-    match format {
-        "pairs" => {
-            for p in records.iter().filter_map(|r| r.as_pair()) {
-                out.push_str(&p.to_string());
+    // Streamed a page of records at a time: what is held is one page, whatever the export's
+    // size (it was built whole in memory: 1 GB for 270k records).
+    let lines = move |page: &[loopguard::feedback::FeedbackRecord]| {
+        let mut out = String::new();
+        for r in page {
+            let line = if runs {
+                (!r.events.is_empty()).then(|| r.as_run())
+            } else {
+                r.as_pair()
+            };
+            if let Some(line) = line {
+                out.push_str(&line.to_string());
                 out.push('\n');
             }
         }
-        "runs" => {
-            for r in records.iter().filter(|r| !r.events.is_empty()) {
-                out.push_str(&r.as_run().to_string());
-                out.push('\n');
-            }
-        }
-        _ => unreachable!("choice() allows only these"),
+        axum::body::Bytes::from(out)
+    };
+    enum Step {
+        Page(
+            Vec<loopguard::feedback::FeedbackRecord>,
+            Arc<loopguard::feedback::FeedbackStore>,
+        ),
+        Failed(String),
+        Done,
     }
+    let body = futures_util::stream::unfold(Step::Page(first, store), move |step| async move {
+        match step {
+            Step::Done => None,
+            // Mid-answer: the status is sent, so the body ends short (a client sees a chunked
+            // body cut off) and the error is logged.
+            Step::Failed(e) => Some((Err(std::io::Error::other(e)), Step::Done)),
+            Step::Page(page, store) => {
+                let chunk = lines(&page);
+                let next = match page.last() {
+                    Some(last) if page.len() == loopguard::feedback::PAGE => {
+                        match store.page(last.id, loopguard::feedback::PAGE).await {
+                            Ok(page) => Step::Page(page, store),
+                            Err(e) => {
+                                tracing::error!(error = %e, "feedback export: reading a page failed");
+                                Step::Failed(e.to_string())
+                            }
+                        }
+                    }
+                    _ => Step::Done,
+                };
+                Some((Ok(chunk), next))
+            }
+        }
+    });
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/x-ndjson"),
     );
-    Ok((headers, out).into_response())
+    Ok((headers, Body::from_stream(body)).into_response())
 }
 
 /// A body deserialised into its request type, naming the path of the first problem.
