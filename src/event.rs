@@ -283,24 +283,48 @@ pub fn parse_event_value(value: serde_json::Value) -> Result<Event, InputError> 
     serde_path_to_error::deserialize(value).map_err(path_error)
 }
 
-/// Characters a task id may not hold besides control characters: invisible ones and those that
-/// reorder text (bidirectional overrides and isolates, zero-width spaces and joiners, the byte
-/// order mark). An id is shown in the dashboard and in logs; with these, `invoice-7` and a
-/// look-alike that is another task, or an id that prints backwards, could not be told apart.
+/// Characters a task id may not hold besides control characters: those that print as nothing
+/// or reorder text. An id is shown in the dashboard and in logs; with these, `invoice-7` and a
+/// look-alike that is another task, an id that prints backwards, or one that prints blank
+/// could not be told apart. They are Unicode's Default_Ignorable_Code_Point set (soft hyphen,
+/// combining grapheme joiner, Hangul fillers, zero-width spaces and joiners, bidirectional
+/// marks, overrides and isolates, variation selectors, the byte order mark, tag characters, and
+/// the code points reserved as default ignorable), the line and paragraph separators (U+2028,
+/// U+2029: an id would print on two lines), and the interlinear annotation characters.
 pub const INVISIBLE_CHARS: &[(char, char)] = &[
     ('\u{00ad}', '\u{00ad}'),
+    ('\u{034f}', '\u{034f}'),
     ('\u{061c}', '\u{061c}'),
-    ('\u{180e}', '\u{180e}'),
+    ('\u{115f}', '\u{1160}'),
+    ('\u{17b4}', '\u{17b5}'),
+    ('\u{180b}', '\u{180f}'),
     ('\u{200b}', '\u{200f}'),
-    ('\u{202a}', '\u{202e}'),
-    ('\u{2060}', '\u{2064}'),
-    ('\u{2066}', '\u{206f}'),
+    ('\u{2028}', '\u{202e}'),
+    ('\u{2060}', '\u{206f}'),
+    ('\u{3164}', '\u{3164}'),
+    ('\u{fe00}', '\u{fe0f}'),
     ('\u{feff}', '\u{feff}'),
-    ('\u{fff9}', '\u{fffb}'),
+    ('\u{ffa0}', '\u{ffa0}'),
+    ('\u{fff0}', '\u{fffb}'),
+    ('\u{1bca0}', '\u{1bca3}'),
+    ('\u{1d173}', '\u{1d17a}'),
+    ('\u{e0000}', '\u{e0fff}'),
 ];
 
-/// What is wrong with a task id, if anything: 1..256 characters, no control or invisible
-/// characters ([`INVISIBLE_CHARS`]), and not whitespace alone.
+/// A task id as it is kept: in Unicode Normalization Form C, so that two spellings of one
+/// text (`café` with a precomposed `é`, or `e` and a combining accent) are one task and print
+/// one way. Ids are taken in any form and kept in this one; verdicts and listings show it.
+pub fn task_id_nfc(id: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    if unicode_normalization::is_nfc(id) {
+        id.to_string()
+    } else {
+        id.nfc().collect()
+    }
+}
+
+/// What is wrong with a task id, if anything: 1..256 characters (as sent, and in NFC), no
+/// control or invisible characters ([`INVISIBLE_CHARS`]), and not whitespace alone.
 pub fn task_id_problem(id: &str) -> Option<String> {
     let chars = id.chars().count();
     if chars == 0 || chars > MAX_TASK_ID_CHARS {
@@ -322,6 +346,14 @@ pub fn task_id_problem(id: &str) -> Option<String> {
     if id.chars().all(char::is_whitespace) {
         return Some("must not be whitespace alone".into());
     }
+    if !unicode_normalization::is_nfc(id) {
+        let nfc = task_id_nfc(id).chars().count();
+        if nfc > MAX_TASK_ID_CHARS {
+            return Some(format!(
+                "must be 1..{MAX_TASK_ID_CHARS} characters in Unicode NFC, the form it is kept in; got {nfc}"
+            ));
+        }
+    }
     None
 }
 
@@ -335,8 +367,10 @@ pub fn validate_task_id(path: &str, id: &str) -> Result<(), InputError> {
 
 fn validate(mut envelope: Envelope) -> Result<Envelope, InputError> {
     validate_task_id("task_id", &envelope.task_id)?;
-    if let Some(parent) = &envelope.parent_task_id {
+    envelope.task_id = task_id_nfc(&envelope.task_id);
+    if let Some(parent) = &mut envelope.parent_task_id {
         validate_task_id("parent_task_id", parent)?;
+        *parent = task_id_nfc(parent);
         // A task naming itself as its parent has none: it is a root. (Accepted rather than
         // refused: the OpenAPI schema cannot say that two fields differ, and nothing is lost.)
         if parent == &envelope.task_id {
@@ -450,6 +484,60 @@ mod tests {
         let err =
             parse_envelope(r#"{"task_id":7,"event":{"type":"response","text":"x"}}"#).unwrap_err();
         assert_eq!(err.path, "task_id");
+    }
+
+    /// Issue 43: ids that print like another id, or as nothing, are refused; two spellings of
+    /// one text (NFC and NFD "café") are one task.
+    #[test]
+    fn invisible_ids_are_refused_and_ids_are_kept_in_nfc() {
+        for id in [
+            "a\u{034f}b",       // combining grapheme joiner
+            "\u{3164}",         // Hangul filler: an id of it alone prints blank
+            "x\u{3164}",        //
+            "t\u{e0041}",       // a tag character
+            "t\u{fe0f}",        // a variation selector
+            "a\u{2028}b",       // line separator
+            "a\u{2029}b",       // paragraph separator
+            "a\u{115f}",        // Hangul choseong filler
+            "a\u{ffa0}",        // halfwidth Hangul filler
+            "a\u{17b4}",        // Khmer inherent vowel
+            "a\u{180b}",        // Mongolian variation selector
+            "a\u{1d173}",       // musical symbol begin beam
+            "a\u{1bca0}",       // shorthand format letter overlap
+            "a\u{e0100}",       // variation selector 17
+            "a\u{fff0}",        // unassigned, default ignorable
+            "invoice\u{202e}7", // already refused: reordering
+        ] {
+            let line =
+                serde_json::json!({"task_id": id, "event": {"type": "response", "text": "x"}});
+            let err = parse_envelope(&line.to_string()).expect_err(id);
+            assert_eq!(err.path, "task_id", "{id:?}: {err}");
+            assert!(err.message.contains("U+"), "names the character: {err}");
+            let line = serde_json::json!({"task_id": "ok", "parent_task_id": id, "event": {"type": "response", "text": "x"}});
+            let err = parse_envelope(&line.to_string()).expect_err(id);
+            assert_eq!(err.path, "parent_task_id", "{id:?}: {err}");
+        }
+        // NFD "café" is kept as NFC "café": one task, printed one way.
+        let nfd = "cafe\u{301}";
+        let nfc = "caf\u{e9}";
+        let line = serde_json::json!({"task_id": nfd, "parent_task_id": format!("{nfd}-root"), "event": {"type": "response", "text": "x"}});
+        let env = parse_envelope(&line.to_string()).unwrap();
+        assert_eq!(env.task_id, nfc);
+        assert_eq!(env.parent_task_id.as_deref(), Some("caf\u{e9}-root"));
+        assert_eq!(task_id_nfc(nfd), nfc);
+        assert_eq!(task_id_nfc(nfc), nfc);
+        // Visible text of any script, emoji (with no variation selector) and inner spaces are fine.
+        for id in [
+            "t-42",
+            "ünïcödé",
+            "任务-7",
+            "😀",
+            "a b",
+            "\u{1f468}\u{200d}x",
+        ] {
+            let ok = task_id_problem(id).is_none();
+            assert_eq!(ok, !id.contains('\u{200d}'), "{id:?}");
+        }
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //! - [`feedback`]: false positives and missed loops reported by users, exported for calibration.
 //! - [`verdict`]: verdicts out.
 //! - [`config`]: one configuration type for file, environment and flags.
+//! - [`retry`]: how long to wait before trying a refused call again (backoff with a floor and a
+//!   cap, whatever the server asks).
 //! - [`score`]: batch scoring of recorded runs (`loopguard score`), and its HTML report.
 //! - [`calibrate`]: threshold calibration on labelled pairs and runs (`loopguard calibrate`).
 //! - [`eval`]: detection measured on labelled runs and healthy controls (`loopguard eval`).
@@ -36,7 +38,7 @@ pub mod feedback;
 pub mod json;
 pub mod judge;
 pub mod loop_memory;
-
+pub mod retry;
 pub mod score;
 pub mod signature;
 pub mod state;

@@ -380,3 +380,320 @@ async fn malformed_hook_payloads_are_400_naming_the_field_and_change_nothing() {
     let list: Value = s.get_json(&client, "/v1/tasks").await;
     assert_eq!(list["total"], 0, "{list}");
 }
+
+/// `VmHWM` (peak resident set) and `VmRSS` of a process, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{name} in {status}"))
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// A protobuf `ExportTraceServiceRequest` of `n` empty spans in one scope of one resource:
+/// two bytes a span, the most spans a body can hold.
+fn empty_spans_protobuf(n: usize) -> Vec<u8> {
+    fn varint(mut v: usize, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    let mut scope = vec![0x12]; // ResourceSpans.scope_spans
+    let spans_len = 2 * n;
+    varint(spans_len, &mut scope);
+    scope.extend(std::iter::repeat_n([0x12u8, 0x00], n).flatten()); // ScopeSpans.spans, empty
+    let mut body = vec![0x0a]; // ExportTraceServiceRequest.resource_spans
+    varint(scope.len(), &mut body);
+    body.extend(scope);
+    body
+}
+
+/// Issue 43: a body of millions of empty spans (8 MiB of protobuf raised the service's RSS by
+/// 1.5 GiB) is refused while it is decoded, `413 too_many_items` naming `otlp.max_spans`, and
+/// the service's peak memory stays within a few body sizes of where it was; the same for OTLP
+/// JSON. Memory afterwards is back near its level before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_otlp_body_of_millions_of_spans_is_refused_without_the_memory_it_would_take() {
+    let s = Backend::embedded().start(&[]);
+    let client = http_client();
+    s.ready(&client).await;
+    let pid = s.child.id();
+    let limit = 8 << 20;
+    let n = (limit - 16) / 2;
+    let protobuf = empty_spans_protobuf(n);
+    assert!(protobuf.len() <= limit, "{}", protobuf.len());
+    let mut json = br#"{"resourceSpans":[{"scopeSpans":[{"spans":["#.to_vec();
+    while json.len() < limit - 40 {
+        json.extend_from_slice(br#"{"name":"x"},"#);
+    }
+    json.extend_from_slice(br#"{"name":"x"}]}]}]}"#);
+    let (before, rss_before) = memory_kib(pid);
+    let send = |body: Vec<u8>, media: &'static str| {
+        let client = client.clone();
+        let url = s.url("/v1/traces");
+        async move {
+            let r = client
+                .post(url)
+                .header("content-type", media)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    // Two at once, as in the probe, then the JSON one.
+    let (a, b) = tokio::join!(
+        send(protobuf.clone(), "application/x-protobuf"),
+        send(protobuf, "application/x-protobuf")
+    );
+    let (c, d) = tokio::join!(
+        send(json.clone(), "application/json"),
+        send(json, "application/json")
+    );
+    for (status, v) in [a, b, c, d] {
+        assert_eq!(status, 413, "{v}");
+        assert_eq!(v["code"], "too_many_items", "{v}");
+        assert!(
+            v["message"].as_str().unwrap().contains("otlp.max_spans"),
+            "names the limit: {v}"
+        );
+    }
+    let (peak, rss_after) = memory_kib(pid);
+    let grew_mib = peak.saturating_sub(before) / 1024;
+    // Four 8 MiB bodies held at once, and a copy of each while it is read: not the ×196 of
+    // a span object per two bytes.
+    assert!(
+        grew_mib < 128,
+        "peak RSS grew by {grew_mib} MiB (from {before} KiB to {peak} KiB)"
+    );
+    assert!(
+        rss_after.saturating_sub(rss_before) / 1024 < 128,
+        "RSS stays up: {rss_before} KiB before, {rss_after} KiB after"
+    );
+}
+
+/// A stand-in for the service that answers every request with `answer` (a whole HTTP response)
+/// and counts the requests; for what the command hook does with answers loopguard never gives.
+async fn canned_service(
+    answer: Vec<u8>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&hits);
+    let answer = std::sync::Arc::new(answer);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let counted = std::sync::Arc::clone(&counted);
+            let answer = std::sync::Arc::clone(&answer);
+            tokio::spawn(async move {
+                // Read a head and its body (the hook sends Content-Length), then answer.
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Ok(n) = sock.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let len = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if buf.len() < end + 4 + len {
+                        continue;
+                    }
+                    buf.drain(..end + 4 + len);
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    if sock.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{addr}"), hits)
+}
+
+fn http_answer(status: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\n", body.len());
+    for h in headers {
+        out.push_str(h);
+        out.push_str("\r\n");
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// Issue 43: whatever the service answers, the command hook relays only the hook's JSON and
+/// otherwise fails open: `429` with `Retry-After: 0` is retried with backoff (a handful of
+/// requests, not thousands), a `200` of HTML or of 64 MiB is not relayed, a redirect is not
+/// followed, and a password in `--url` is never printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_hook_relays_only_the_hooks_json_and_backs_off() {
+    use std::sync::atomic::Ordering;
+    let payload = fixture("claude-code-stuck.jsonl")[4].to_string();
+    let run = |url: String, timeout_ms: &'static str| {
+        let payload = payload.clone();
+        tokio::task::spawn_blocking(move || {
+            command_hook(
+                "claude-code",
+                &["--url", &url, "--timeout-ms", timeout_ms],
+                payload.as_bytes(),
+            )
+        })
+    };
+
+    let (url, hits) = canned_service(http_answer(
+        "429 Too Many Requests",
+        &["retry-after: 0", "content-type: application/json"],
+        br#"{"code":"overloaded","message":"busy","path":null}"#,
+    ))
+    .await;
+    let (code, out, err) = run(url, "2000").await.unwrap();
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("429"), "{err}");
+    let n = hits.load(Ordering::SeqCst);
+    // A floor of 100 ms doubling: 0, 100, 300, 700, 1500 ms into the 2 s.
+    assert!((2..=6).contains(&n), "{n} requests in 2 s");
+
+    let (url, _) = canned_service(http_answer(
+        "200 OK",
+        &["content-type: text/html"],
+        b"<html><body>proxy login</body></html>",
+    ))
+    .await;
+    let (code, out, err) = run(url, "5000").await.unwrap();
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("not the hook's JSON"), "{err}");
+
+    let mut big = b"{\"systemMessage\":\"".to_vec();
+    big.resize(64 << 20, b'a');
+    big.extend_from_slice(b"\"}");
+    let (url, _) = canned_service(http_answer(
+        "200 OK",
+        &["content-type: application/json"],
+        &big,
+    ))
+    .await;
+    let (code, out, err) = run(url, "20000").await.unwrap();
+    assert_eq!((code, out.len()), (1, 0), "{err}");
+    assert!(err.contains("bytes"), "{err}");
+
+    let (target, followed) = canned_service(http_answer("200 OK", &[], b"{}")).await;
+    let (url, _) = canned_service(http_answer(
+        "307 Temporary Redirect",
+        &[&format!("location: {target}/v1/hooks/claude-code")],
+        b"",
+    ))
+    .await;
+    let (code, out, err) = run(url, "5000").await.unwrap();
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("307"), "{err}");
+    assert_eq!(
+        followed.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
+
+    let (url, _) = canned_service(http_answer("503 Service Unavailable", &[], b"{}")).await;
+    let with_password = url.replace("http://", "http://hook-user:s3cret-pw@");
+    let (code, _, err) = run(with_password, "300").await.unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(!err.contains("s3cret-pw"), "the password is printed: {err}");
+    // Nothing listening, with credentials: the transport error does not print them either.
+    let (code, _, err) = run("http://hook-user:s3cret-pw@127.0.0.1:9".into(), "2000")
+        .await
+        .unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(!err.contains("s3cret-pw"), "the password is printed: {err}");
+}
+
+/// Issue 43: the command hook never exits 2 (block) for its own problems — a mistyped command,
+/// a bad option before or after `hook`, a bad environment setting — and `--timeout-ms` bounds
+/// reading its input too: a stdin that is never closed does not hold the agent.
+#[test]
+fn the_command_hook_never_exits_2_and_its_timeout_covers_reading_stdin() {
+    let bin = env!("CARGO_BIN_EXE_loopguard");
+    let exit = |args: &[&str], env: &[(&str, &str)]| {
+        let out = Command::new(bin)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code().expect("an exit code"),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (args, env) in [
+        (&["hok", "claude-code"][..], &[][..]),
+        (&["hooks", "gemini-cli"], &[]),
+        (&["--log-format", "xml", "hook", "claude-code"], &[]),
+        (&["hook", "claude-code", "--log-format", "xml"], &[]),
+        (&["hook", "claude-code", "--timeout-ms", "soon"], &[]),
+        (&["hook", "claude-cod"], &[]),
+        (&["hook"], &[]),
+        (&["hook", "claude-code"], &[("LOOPGUARD_LOG_FORMAT", "xml")]),
+    ] {
+        let (code, err) = exit(args, env);
+        assert_eq!(code, 1, "{args:?} {env:?}: {err}");
+        assert!(err.contains("the agent goes on"), "{args:?}: {err}");
+    }
+    // Other commands keep clap's usage code.
+    assert_eq!(exit(&["scor", "x.jsonl"], &[]).0, 2);
+
+    let mut child = Command::new(bin)
+        .args([
+            "hook",
+            "claude-code",
+            "--url",
+            "http://127.0.0.1:9",
+            "--timeout-ms",
+            "300",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take(); // held open, never written
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the hook is still waiting for its input"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(stdin);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("input"), "{err}");
+}

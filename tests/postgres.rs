@@ -9,7 +9,7 @@ mod common;
 use common::pg::{self, Postgres};
 use common::{http_client, Backend, Server};
 use loopguard::embed::{StubBackend, Vector};
-use loopguard::feedback::{FeedbackLabel, FeedbackRecord, FeedbackStore};
+use loopguard::feedback::{FeedbackLabel, FeedbackLimits, FeedbackRecord, FeedbackStore};
 use loopguard::loop_memory::{LoopMemory, LoopRecord};
 use loopguard::store::postgres::{Database, PgFeedback, PgLoops, PgOptions, PostgresStore};
 use loopguard::store::{conformance, Store, StoreError};
@@ -71,7 +71,7 @@ async fn the_schema_is_migrated_once_and_a_newer_one_is_refused() {
                 .fetch_all(&mut c)
                 .await
                 .unwrap();
-        assert_eq!(versions, [1, 2]);
+        assert_eq!(versions, [1, 2, 3]);
         c.execute(
             "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
              VALUES (99, 'from the future', true, '\\x00', 0)",
@@ -277,6 +277,60 @@ async fn feedback_is_shared_between_replicas() {
         assert_eq!((all[0].id, all[1].task_id.as_str()), (first.id, "t2"));
         assert_eq!(all[1], second);
     }
+}
+
+/// Issue 43: feedback is bounded per root task and in all, the oldest dropped first, whichever
+/// replica adds it; pages read it in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feedback_is_bounded_per_task_and_in_all() {
+    let Some(url) = pg::database() else { return };
+    let limits = FeedbackLimits {
+        max_records: 5,
+        max_per_task: 3,
+    };
+    let a = FeedbackStore::with_log(Box::new(PgFeedback::new(database(&url).await)))
+        .with_limits(limits);
+    let b = FeedbackStore::with_log(Box::new(PgFeedback::new(database(&url).await)))
+        .with_limits(limits);
+    let record = |task: &str| FeedbackRecord {
+        id: 0,
+        ts: 1,
+        task_id: task.into(),
+        root_task_id: task.into(),
+        seq: 2,
+        label: FeedbackLabel::FalsePositive,
+        note: Some("n".repeat(4000)),
+        kind: LoopKind::SemanticRepeat,
+        event_type: "failure".into(),
+        text: "b".into(),
+        matched_seq: Some(1),
+        matched_text: Some("a".into()),
+        events: vec![json!({"type": "failure", "message": "a"})],
+    };
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(a.add(record("t1")).await.unwrap().id);
+    }
+    for _ in 0..3 {
+        ids.push(b.add(record("t2")).await.unwrap().id);
+    }
+    let kept: Vec<(u64, String)> = a
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.id, r.root_task_id))
+        .collect();
+    let want: Vec<(u64, String)> = [2, 3, 4, 5, 6]
+        .iter()
+        .map(|&i| (ids[i], if i < 4 { "t1" } else { "t2" }.to_string()))
+        .collect();
+    assert_eq!(kept, want);
+    let page = b.page(ids[3], 2).await.unwrap();
+    assert_eq!(
+        page.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [ids[4], ids[5]]
+    );
 }
 
 // --- Replicas end to end ------------------------------------------------------------------

@@ -37,6 +37,7 @@ on_both_stores!(
     protocol_errors_hyper_answers_itself_have_the_json_error_body,
     slow_and_idle_connections_are_closed_and_readyz_stays_answered,
     subtasks_past_the_limit_are_refused,
+    a_task_is_never_re_parented_and_a_paused_one_stays_paused,
 );
 use serde_json::{json, Value};
 
@@ -227,6 +228,16 @@ async fn openapi_and_operational_endpoints_answer(backend: &Backend) {
         .await
         .unwrap();
     assert!(metrics.contains("loopguard_model_ready 1"), "{metrics}");
+    // Every reason a connection is closed for has its series from the start (issue 43: the
+    // `body_timeout` one was missing).
+    for reason in ["header_timeout", "body_timeout", "idle_timeout", "evicted"] {
+        assert!(
+            metrics.contains(&format!(
+                "loopguard_http_connections_closed_total{{reason=\"{reason}\"}}"
+            )),
+            "{reason}: {metrics}"
+        );
+    }
 }
 
 /// A root takes `server.max_subtasks` subtasks; the next one's first event is 409
@@ -267,6 +278,86 @@ async fn subtasks_past_the_limit_are_refused(backend: &Backend) {
     let r = client.delete(s.url("/v1/tasks/root")).send().await.unwrap();
     assert_eq!(r.status(), 204);
     let (status, v) = post(&client, &s, sub(5)).await;
+    assert_eq!(status, 200, "{v}");
+}
+
+/// Issue 43: a task that exists keeps its place. A root paused at the gate, sent again with a
+/// `parent_task_id`, is refused `409 parent_conflict` (naming that it has no parent) and stays
+/// paused with its loop counter; a subtask sent with another parent is refused naming its root;
+/// the same parent again, or none, goes on.
+async fn a_task_is_never_re_parented_and_a_paused_one_stays_paused(backend: &Backend) {
+    let s = backend.start(&["--set", "policy.gate_at=3"]);
+    let client = http_client();
+    s.ready(&client).await;
+    let same = "ModuleNotFoundError: No module named 'yaml'";
+    let mut last = Value::Null;
+    for _ in 0..4 {
+        last = post(&client, &s, failure("R", same)).await.1;
+    }
+    assert_eq!(last["status"], "paused", "{last:#}");
+    let (status, v) = post(
+        &client,
+        &s,
+        json!({"task_id": "R", "parent_task_id": "fresh", "event": {"type": "failure", "message": same}}),
+    )
+    .await;
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["code"], "parent_conflict", "{v}");
+    assert_eq!(v["path"], "parent_task_id", "{v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.contains("`R`") && message.contains("no parent"),
+        "{v}"
+    );
+    let task = s.get_json(&client, "/v1/tasks/R").await;
+    assert_eq!(task["status"], "paused", "{task:#}");
+    assert_eq!(task["root_task_id"], "R", "{task:#}");
+    assert_eq!(task["loop_count"], 3, "{task:#}");
+    let listed = s.get_json(&client, "/v1/tasks").await;
+    let r = listed["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_id"] == "R")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(r["status"], "paused", "{listed:#}");
+    // Still paused for an event without a parent.
+    let (_, v) = post(&client, &s, failure("R", "something new entirely")).await;
+    assert_eq!(v["action"]["type"], "pause", "{v:#}");
+
+    // A subtask keeps its root: the same parent (or none) goes on, another one is refused.
+    let sub = |parent: Option<&str>| {
+        let mut e = json!({"task_id": "S", "event": {"type": "response", "text": "working on it"}});
+        if let Some(p) = parent {
+            e["parent_task_id"] = json!(p);
+        }
+        e
+    };
+    assert_eq!(post(&client, &s, sub(Some("P"))).await.0, 200);
+    assert_eq!(post(&client, &s, sub(Some("P"))).await.0, 200);
+    assert_eq!(post(&client, &s, sub(None)).await.0, 200);
+    let (status, v) = post(&client, &s, sub(Some("Q"))).await;
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["code"], "parent_conflict", "{v}");
+    assert!(v["message"].as_str().unwrap().contains("`P`"), "{v}");
+    let task = s.get_json(&client, "/v1/tasks/S").await;
+    assert_eq!(task["root_task_id"], "P", "{task:#}");
+    // A root with subtasks cannot become a subtask either.
+    let (status, v) = post(
+        &client,
+        &s,
+        json!({"task_id": "P", "parent_task_id": "Q", "event": {"type": "response", "text": "x"}}),
+    )
+    .await;
+    assert_eq!(status, 409, "{v}");
+    // A new task with a parent is a new subtask, as always.
+    let (status, v) = post(
+        &client,
+        &s,
+        json!({"task_id": "T", "parent_task_id": "Q", "event": {"type": "response", "text": "x"}}),
+    )
+    .await;
     assert_eq!(status, 200, "{v}");
 }
 
@@ -565,6 +656,21 @@ async fn slow_bodies_time_out_and_oversized_ones_are_refused_before_they_are_sen
         "{:?}",
         started.elapsed()
     );
+    // Issue 43: the connection closed with the 408 is counted, and OTLP's body reader
+    // answers a slow body the same way (it said 413 body_too_large).
+    let mut sock = tokio::net::TcpStream::connect(addr(&s)).await.unwrap();
+    sock.write_all(
+        b"POST /v1/traces HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 80\r\n\r\n{\"resourceSpans\"",
+    )
+    .await
+    .unwrap();
+    let (bytes, closed) = read_until_closed(&mut sock, Duration::from_secs(10)).await;
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(closed, "closed after the answer");
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("\"body_timeout\""), "{text}");
+    let m = s.get_text(&client, "/metrics").await;
+    assert!(closed_count(&m, "body_timeout") >= 2.0, "{m}");
 
     let mut sock = tokio::net::TcpStream::connect(addr(&s)).await.unwrap();
     sock.write_all(

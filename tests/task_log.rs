@@ -339,7 +339,10 @@ async fn the_service_refuses_damage_and_the_cli_verifies_and_salvages() {
     let seg = std::fs::read_dir(&tasks)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("seg-"))
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with("seg-") && name.ends_with(".log")
+        })
         .max()
         .unwrap();
     let mut bytes = std::fs::read(&seg).unwrap();

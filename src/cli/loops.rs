@@ -145,7 +145,11 @@ pub fn run_feedback(cli: &Cli, cmd: &FeedbackCommand) -> Result<(), String> {
     let rt = runtime()?;
     let (_, source) = source(&rt, cli, data_dir)?;
     let feedback = match &source {
-        Source::Embedded(s) => FeedbackStore::open(s.tree("feedback").map_err(|e| e.to_string())?),
+        Source::Embedded(s) => FeedbackStore::open(
+            s.tree("feedback").map_err(|e| e.to_string())?,
+            s.tree("feedback_by_task").map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| e.to_string())?,
         Source::Postgres(db) => FeedbackStore::with_log(Box::new(PgFeedback::new(db.clone()))),
     };
     let records = rt.block_on(feedback.list()).map_err(|e| e.to_string())?;

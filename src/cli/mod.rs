@@ -95,8 +95,10 @@ pub enum Command {
     },
     /// A command hook for a coding agent: reads the hook's input on stdin, asks the service
     /// (POST /v1/hooks/<agent>) and prints its answer for the agent. Exit 0: act on stdout;
-    /// exit 1: loopguard could not answer (service down, too slow, an error) and the agent goes
-    /// on. Never 2 (block). Settings to paste: docs/INTEGRATIONS.md.
+    /// exit 1: loopguard could not answer (service down, too slow, an error, an answer that is
+    /// not the hook's JSON) or the hook is misconfigured (its arguments, its input), and the
+    /// agent goes on. Never 2 (block), not even for a mistyped command line. Settings to
+    /// paste: docs/INTEGRATIONS.md.
     Hook(hook::HookArgs),
 }
 
@@ -142,14 +144,30 @@ fn rules_listing(json: bool) -> String {
         .collect()
 }
 
+/// Is this command line a hook's, or a mistyped one? A word one typo from `hook`, or two from
+/// an agent's name (`claude-code`, `gemini-cli`), anywhere in it: options may come first
+/// (`--log-format xml hook claude-code`), and the command itself may be the typo
+/// (`loopguard hok claude-code`). Such a command line that does not parse exits 1 (go on), not
+/// clap's 2, which both agents read as "block". Other commands keep 2 for a usage error (and
+/// `store verify` its 1 for "damaged"), which is why the code is not changed for every command.
+fn hook_invocation(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.skip(1).any(|a| {
+        let a = a.to_string_lossy().to_ascii_lowercase();
+        strsim::levenshtein(&a, "hook") <= 1
+            || ["claude-code", "gemini-cli"]
+                .iter()
+                .any(|agent| strsim::levenshtein(&a, agent) <= 2)
+    })
+}
+
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // A hook's exit code is read by the agent: 2 (clap's usage error) would block the tool
         // call. A misconfigured hook fails open like an unreachable service.
-        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("hook") => {
+        Err(e) if e.use_stderr() && hook_invocation(std::env::args_os()) => {
             let _ = e.print();
-            return ExitCode::from(hook::FAIL_OPEN);
+            return hook::fail_open("its command line is wrong: see above");
         }
         Err(e) => e.exit(),
     };

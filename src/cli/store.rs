@@ -10,9 +10,11 @@ use std::process::ExitCode;
 #[derive(clap::Subcommand, Debug)]
 pub enum StoreCommand {
     /// Read the task log without changing it: every file, every damaged place (file and
-    /// byte), every task kept short of its last event or lost. Exit status 0 when every
-    /// acknowledged record reads back, 1 when something is damaged, 2 when it cannot be read
-    /// (a running service holds it: stop it first).
+    /// byte), every segment its manifest or notes say must exist that is missing or cut (with
+    /// the acknowledged events it held), every task kept short of its last event (the version
+    /// kept, of the one it reached) or lost, and how many acknowledged events do not read
+    /// back. Exit status 0 when every acknowledged record reads back, 1 when something is
+    /// damaged, 2 when it cannot be read (a running service holds it: stop it first).
     Verify {
         /// The embedded store's data directory (default `server.data_dir`); its task log is
         /// `DIR/tasks`.

@@ -423,6 +423,19 @@ impl Config {
         if self.otlp.max_body_bytes < 1024 {
             return bad("otlp.max_body_bytes", "must be at least 1024".into());
         }
+        let o = &self.otlp;
+        if o.max_spans == 0 || o.max_attributes == 0 || o.max_events == 0 || o.max_blocks == 0 {
+            return bad(
+                "otlp",
+                "max_spans, max_attributes, max_events and max_blocks must be at least 1".into(),
+            );
+        }
+        if self.feedback.max_records == 0 || self.feedback.max_per_task == 0 {
+            return bad(
+                "feedback",
+                "max_records and max_per_task must be at least 1".into(),
+            );
+        }
         if self.model.queue_capacity == 0 || self.model.queue_wait_target_ms == 0 {
             return bad(
                 "model",

@@ -29,6 +29,16 @@ pub struct Config {
     pub memory: MemoryConfig,
     pub server: ServerConfig,
     pub otlp: OtlpConfig,
+    pub feedback: FeedbackConfig,
+}
+
+/// How much feedback on verdicts is kept (`POST /v1/feedback`, docs/MEMORY.md): past either
+/// bound the oldest records are dropped (of the task, or of all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackConfig {
+    pub max_records: usize,
+    pub max_per_task: usize,
 }
 
 /// OTLP/HTTP traces in (`POST /v1/traces`, docs/INTEGRATIONS.md).
@@ -40,6 +50,13 @@ pub struct OtlpConfig {
     pub task_attribute: String,
     /// Largest request body, compressed or not (exporters batch hundreds of spans).
     pub max_body_bytes: usize,
+    /// What one request may hold, counted while it is decoded (a body's memory is bounded by
+    /// these, not by its size): spans; attributes of any kind (resource, scope, span, event,
+    /// link) and the values nested in them; span events and links; resource and scope blocks.
+    pub max_spans: usize,
+    pub max_attributes: usize,
+    pub max_events: usize,
+    pub max_blocks: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

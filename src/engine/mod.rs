@@ -63,10 +63,32 @@ pub enum EngineError {
     /// A new subtask of a root that has `server.max_subtasks` already.
     #[error("task {root} has {limit} subtasks, the most one task may have (server.max_subtasks)")]
     TooManySubtasks { root: String, limit: usize },
+    /// An event that would move an existing task under another parent: `current` is the root
+    /// it belongs to (`None`: it is a root itself). A task keeps the place it was created with.
+    #[error("{}", parent_conflict(task, current.as_deref(), requested))]
+    ParentConflict {
+        task: String,
+        current: Option<String>,
+        requested: String,
+    },
     #[error(transparent)]
     Memory(#[from] crate::loop_memory::MemoryError),
     #[error(transparent)]
     Feedback(#[from] crate::feedback::FeedbackError),
+}
+
+fn parent_conflict(task: &str, current: Option<&str>, requested: &str) -> String {
+    match current {
+        None => format!(
+            "task `{task}` exists with no parent; it cannot become a subtask of `{requested}` \
+             (a task keeps the place it was created with: send its events without \
+             parent_task_id, or use a new task id)"
+        ),
+        Some(root) => format!(
+            "task `{task}` is a subtask of `{root}`; it cannot move under `{requested}` (a task \
+             keeps the place it was created with: send `{root}` or no parent_task_id)"
+        ),
+    }
 }
 
 /// Time spent per phase of one evaluation, for logs, headers and metrics.

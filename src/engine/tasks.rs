@@ -67,26 +67,45 @@ impl Tasks {
     }
 
     /// Resolve the root for an envelope; `Some(link)` when a new subtask link must be stored.
+    ///
+    /// A task keeps the place it was created with: a subtask its root, a root its rootlessness.
+    /// An event naming another parent is refused ([`EngineError::ParentConflict`]) rather than
+    /// moving the task, or silently ignored: re-rooting a paused task under a fresh parent
+    /// would start it over at loop count 0, an escape from its gate. The same parent (or any
+    /// task of the same root), or none, goes on.
     pub async fn resolve(
         &self,
         store: &dyn Store,
         env: &Envelope,
-    ) -> Result<(String, Option<(String, String)>), StoreError> {
+    ) -> Result<(String, Option<(String, String)>), EngineError> {
         let known = self.root_of(store, &env.task_id).await?;
+        let Some(parent) = &env.parent_task_id else {
+            return Ok((known, None));
+        };
+        let root = self.root_of(store, parent).await?;
+        let conflict = |current: Option<String>| EngineError::ParentConflict {
+            task: env.task_id.clone(),
+            current,
+            requested: parent.clone(),
+        };
         if known != env.task_id {
+            // A subtask already: it stays with its root.
+            return if root == known {
+                Ok((known, None))
+            } else {
+                Err(conflict(Some(known)))
+            };
+        }
+        if root == env.task_id {
+            // A parent that points back at this task: keep the task its own root.
             return Ok((known, None));
         }
-        match &env.parent_task_id {
-            Some(parent) => {
-                let root = self.root_of(store, parent).await?;
-                if root == env.task_id {
-                    // A parent that points back at this task: keep the task its own root.
-                    return Ok((known, None));
-                }
-                Ok((root.clone(), Some((env.task_id.clone(), root))))
-            }
-            None => Ok((known, None)),
+        // A root task that exists (it has events, or subtasks whose events are its) does not
+        // become a subtask; only a task never seen does.
+        if store.load(&env.task_id).await?.is_some() {
+            return Err(conflict(None));
         }
+        Ok((root.clone(), Some((env.task_id.clone(), root))))
     }
 
     /// Remember a subtask's root once its link is committed.

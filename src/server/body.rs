@@ -59,18 +59,9 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let bytes: Bytes =
-        axum::body::to_bytes(body, limit)
-            .await
-            .map_err(|e| match timed_out(&*e.into_inner()) {
-                Some(t) => {
-                    let mut e =
-                        ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", t.to_string());
-                    e.close = true;
-                    e
-                }
-                None => too_large(),
-            })?;
+    let bytes: Bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|e| body_error(e, too_large))?;
     let text = std::str::from_utf8(&bytes).map_err(|e| {
         ApiError::bad_request(
             "invalid_utf8",
@@ -81,7 +72,9 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<
         let (code, path) = match e.kind {
             JsonErrorKind::DuplicateKey => ("invalid_json", Some(e.path.clone())),
             JsonErrorKind::TooDeep => ("too_deep", None),
-            JsonErrorKind::Syntax => ("invalid_json", None),
+            JsonErrorKind::Syntax | JsonErrorKind::OverLimit(_) | JsonErrorKind::Rejected => {
+                ("invalid_json", None)
+            }
         };
         let mut err = ApiError::bad_request(
             code,
@@ -93,6 +86,20 @@ pub async fn read_json(headers: &HeaderMap, body: Body, limit: usize) -> Result<
         err.body.path = path;
         err
     })
+}
+
+/// What a body that could not be read whole is answered: `408 body_timeout` (and the
+/// connection closed) when it did not arrive in time, else `too_large` (the only other way
+/// reading a body within a limit fails).
+pub fn body_error(e: axum::Error, too_large: impl FnOnce() -> ApiError) -> ApiError {
+    match timed_out(&*e.into_inner()) {
+        Some(t) => {
+            let mut e = ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", t.to_string());
+            e.close = true;
+            e
+        }
+        None => too_large(),
+    }
 }
 
 /// The body timeout behind a body error, if that is what it was.

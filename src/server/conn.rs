@@ -372,10 +372,13 @@ async fn serve_connection(
     let svc_conn = Arc::clone(conn);
     let svc_registry = Arc::clone(registry);
     let body_timeout = limits.body_read_timeout;
+    let svc_metrics = metrics.clone();
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         use hyper::service::Service as _;
         let guard = InFlight::enter(&svc_conn);
-        let req = req.map(|body| ArrivingBody::new(body, &svc_conn, &svc_registry, body_timeout));
+        let req = req.map(|body| {
+            ArrivingBody::new(body, &svc_conn, &svc_registry, body_timeout, &svc_metrics)
+        });
         // The router of the moment: the starting one until the store is open.
         let answer = TowerToHyperService::new(routes.current()).call(req);
         async move {
@@ -435,6 +438,9 @@ struct ArrivingBody {
     conn: Option<Arc<Conn>>,
     deadline: Pin<Box<tokio::time::Sleep>>,
     timeout: Duration,
+    /// A body that times out closes its connection (its handler answers 408 and closes it):
+    /// counted when it times out, before the answer is sent.
+    metrics: ConnMetrics,
 }
 
 /// A request body did not arrive within `server.body_read_timeout_ms`.
@@ -459,6 +465,7 @@ impl ArrivingBody {
         conn: &Arc<Conn>,
         registry: &Registry,
         timeout: Duration,
+        metrics: &ConnMetrics,
     ) -> ArrivingBody {
         let arriving = !inner.is_end_stream();
         if arriving {
@@ -471,6 +478,7 @@ impl ArrivingBody {
             conn: arriving.then(|| Arc::clone(conn)),
             deadline: Box::pin(tokio::time::sleep(timeout)),
             timeout,
+            metrics: metrics.clone(),
         }
     }
 
@@ -508,6 +516,10 @@ impl hyper::body::Body for ArrivingBody {
             }
             Poll::Pending => {
                 ready!(this.deadline.as_mut().poll(cx));
+                if this.conn.is_some() {
+                    // Once: a body polled again after its timeout is not another close.
+                    this.metrics.closed(Expiry::Body.as_str());
+                }
                 this.arrived();
                 Poll::Ready(Some(Err(Box::new(BodyTimeout(this.timeout)))))
             }

@@ -17,7 +17,7 @@ pub struct ErrorBody {
     /// `invalid_otlp`, `invalid_parameter`, `invalid_http`, `body_too_large`, `too_many_events`,
     /// `field_too_large`, `too_deep`, `uri_too_long`, `headers_too_large`,
     /// `unsupported_media_type`, `not_found`, `method_not_allowed`, `unauthorized`, `conflict`,
-    /// `too_many_subtasks`, `body_timeout`, `starting`, `overloaded`, `timeout`, `model_unavailable`,
+    /// `too_many_subtasks`, `parent_conflict`, `too_many_items`, `body_timeout`, `starting`, `overloaded`, `timeout`, `model_unavailable`,
     /// `storage_error`, `internal`.
     pub code: &'static str,
     pub message: String,
@@ -103,6 +103,10 @@ impl From<EngineError> for ApiError {
             EngineError::Rejected(why) => ApiError::new(StatusCode::CONFLICT, "conflict", why),
             e @ EngineError::TooManySubtasks { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "too_many_subtasks", e.to_string())
+                    .at("parent_task_id")
+            }
+            e @ EngineError::ParentConflict { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "parent_conflict", e.to_string())
                     .at("parent_task_id")
             }
             e @ (EngineError::Memory(_) | EngineError::Feedback(_)) => {

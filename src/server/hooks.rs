@@ -736,11 +736,12 @@ async fn handle(
     body: Body,
 ) -> Result<Json<HookAnswer>, ApiError> {
     let value = read_json(headers, body, state.cfg.server.max_body_bytes).await?;
-    let e = match agent {
+    let mut e = match agent {
         Agent::ClaudeCode => typed::<ClaudeCodeHook>(value)?.into_event(),
         Agent::GeminiCli => typed::<GeminiCliHook>(value)?.into_event(),
     };
     loopguard::event::validate_task_id("session_id", &e.session).map_err(ApiError::from_input)?;
+    e.session = loopguard::event::task_id_nfc(&e.session);
     let (a, label) = respond(state, agent, &e).await?;
     state
         .metrics

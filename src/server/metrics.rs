@@ -222,6 +222,11 @@ impl Metrics {
             connections_open.clone(),
         );
         let connections_closed = Family::<CloseLabels, Counter>::default();
+        // Every reason has its series from the start: a dashboard's `rate()` over a series
+        // that appears only at its first count misses that count.
+        for reason in ["header_timeout", "body_timeout", "idle_timeout", "evicted"] {
+            let _ = connections_closed.get_or_create(&CloseLabels { reason });
+        }
         registry.register(
             "http_connections_closed",
             "Connections the server closed: idle, headers or body too slow, or evicted at the connection cap",

@@ -39,7 +39,7 @@ use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use error::{ApiError, ErrorBody};
 use loopguard::config::StoreKind;
-use loopguard::feedback::FeedbackStore;
+use loopguard::feedback::{FeedbackLimits, FeedbackStore};
 use loopguard::loop_memory::LoopMemory;
 use loopguard::store::log::{LogOptions, LogStore};
 use loopguard::store::sled::SledStore;
@@ -71,7 +71,9 @@ impl Parts {
                 .memory
                 .enabled
                 .then(|| Arc::new(LoopMemory::in_memory(cfg.memory.clone()))),
-            feedback: Arc::new(FeedbackStore::in_memory()),
+            feedback: Arc::new(
+                FeedbackStore::in_memory().with_limits(FeedbackLimits::of(&cfg.feedback)),
+            ),
         }
     }
 }
@@ -179,7 +181,10 @@ async fn open_embedded(cfg: &Config) -> anyhow::Result<Stores> {
     } else {
         None
     };
-    let feedback = Arc::new(FeedbackStore::open(sled.tree("feedback")?));
+    let feedback = Arc::new(
+        FeedbackStore::open(sled.tree("feedback")?, sled.tree("feedback_by_task")?)?
+            .with_limits(FeedbackLimits::of(&cfg.feedback)),
+    );
     Ok((Arc::new(tasks), memory, feedback))
 }
 
@@ -240,9 +245,10 @@ async fn open_postgres(cfg: &Config) -> anyhow::Result<Stores> {
     } else {
         None
     };
-    let feedback = Arc::new(FeedbackStore::with_log(Box::new(PgFeedback::new(
-        db.clone(),
-    ))));
+    let feedback = Arc::new(
+        FeedbackStore::with_log(Box::new(PgFeedback::new(db.clone())))
+            .with_limits(FeedbackLimits::of(&cfg.feedback)),
+    );
     Ok((Arc::new(PostgresStore::new(db)), memory, feedback))
 }
 

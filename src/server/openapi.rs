@@ -74,27 +74,79 @@ fn base() -> Value {
 
 /// A task id as JSON Schema states it: 1..256 characters, none of them a control character
 /// (Unicode category Cc, as Rust's `char::is_control`) or an invisible one
-/// (`loopguard::event::INVISIBLE_CHARS`), and at least one that is not whitespace.
+/// (`loopguard::event::INVISIBLE_CHARS`), and at least one that is not whitespace. (That ids are
+/// kept in NFC is not a constraint: any form is taken.)
 fn task_id_schema() -> Value {
     json!({
         "type": "string",
         "minLength": 1,
         "maxLength": MAX_TASK_ID_CHARS,
-        "pattern": TASK_ID_PATTERN,
+        "pattern": task_id_pattern(),
     })
 }
 
-/// `char::is_control` is exactly the first two ranges; then `INVISIBLE_CHARS`; the middle
-/// class also leaves out what `char::is_whitespace` calls whitespace (the Unicode White_Space
-/// set), so an id of whitespace alone does not match.
-pub const TASK_ID_PATTERN: &str = concat!(
-    "^[^\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u180e\\u200b-\\u200f\\u202a-\\u202e",
-    "\\u2060-\\u2064\\u2066-\\u206f\\ufeff\\ufff9-\\ufffb]*",
-    "[^\\u0000-\\u0020\\u007f-\\u00a0\\u00ad\\u061c\\u1680\\u180e\\u2000-\\u200f\\u2028-\\u202f",
-    "\\u205f-\\u2064\\u2066-\\u206f\\u3000\\ufeff\\ufff9-\\ufffb]",
-    "[^\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u180e\\u200b-\\u200f\\u202a-\\u202e",
-    "\\u2060-\\u2064\\u2066-\\u206f\\ufeff\\ufff9-\\ufffb]*$"
-);
+/// What `char::is_whitespace` calls whitespace (the Unicode White_Space set).
+const WHITESPACE: &[(char, char)] = &[
+    ('\u{0009}', '\u{000d}'),
+    ('\u{0020}', '\u{0020}'),
+    ('\u{0085}', '\u{0085}'),
+    ('\u{00a0}', '\u{00a0}'),
+    ('\u{1680}', '\u{1680}'),
+    ('\u{2000}', '\u{200a}'),
+    ('\u{2028}', '\u{2029}'),
+    ('\u{202f}', '\u{202f}'),
+    ('\u{205f}', '\u{205f}'),
+    ('\u{3000}', '\u{3000}'),
+];
+
+/// The task id pattern, from the same table the check reads: any number of allowed
+/// characters around one that is also not whitespace. Characters of the basic plane are
+/// written as `\uXXXX` escapes; those past it (the tag characters) as themselves, which
+/// ECMA-262 with the `u` flag (JSON Schema's dialect), Python's `re` and Rust's regex all read
+/// alike, where their escapes differ.
+pub fn task_id_pattern() -> String {
+    let controls = [('\u{0000}', '\u{001f}'), ('\u{007f}', '\u{009f}')];
+    let class = |extra: &[(char, char)]| {
+        let mut ranges: Vec<(char, char)> = controls
+            .iter()
+            .chain(loopguard::event::INVISIBLE_CHARS)
+            .chain(extra)
+            .copied()
+            .collect();
+        ranges.sort();
+        // Merge ranges that touch or overlap, so the class reads as the set it is.
+        let mut merged: Vec<(char, char)> = Vec::new();
+        for (lo, hi) in ranges {
+            match merged.last_mut() {
+                Some((_, last)) if (lo as u32) <= *last as u32 + 1 => {
+                    if hi > *last {
+                        *last = hi;
+                    }
+                }
+                _ => merged.push((lo, hi)),
+            }
+        }
+        let one = |c: char| {
+            if (c as u32) < 0x10000 {
+                format!("\\u{:04x}", c as u32)
+            } else {
+                c.to_string()
+            }
+        };
+        let mut out = String::from("[^");
+        for (lo, hi) in merged {
+            out.push_str(&one(lo));
+            if hi != lo {
+                out.push('-');
+                out.push_str(&one(hi));
+            }
+        }
+        out.push(']');
+        out
+    };
+    let allowed = class(&[]);
+    format!("^{allowed}*{}{allowed}*$", class(WHITESPACE))
+}
 
 /// The document for a server running `cfg`: limits and security as that server applies them.
 /// The derive describes the types; what depends on configuration, and what the derive cannot

@@ -16,8 +16,8 @@ fn invalid(name: &str, message: impl Into<String>) -> ApiError {
     ApiError::bad_request("invalid_parameter", message).at(name)
 }
 
-/// The `{task_id}` of a task route: 1..256 characters without control characters, like the
-/// `task_id` of an event.
+/// The `{task_id}` of a task route: 1..256 characters without control or invisible characters,
+/// like the `task_id` of an event, and kept in NFC as it is.
 pub struct TaskId(pub String);
 
 impl FromRequestParts<Arc<AppState>> for TaskId {
@@ -58,7 +58,7 @@ impl FromRequestParts<Arc<AppState>> for TaskId {
                 ),
             ));
         }
-        Ok(TaskId(id))
+        Ok(TaskId(loopguard::event::task_id_nfc(&id)))
     }
 }
 
@@ -100,7 +100,9 @@ impl QueryParams {
             .ok_or_else(|| invalid(name, format!("the query parameter `{name}` is required")))
     }
 
-    /// A number in `min..=max`, when given.
+    /// A number in `min..=max`, when given, written as JSON writes numbers: no `+`, no
+    /// leading zeros, no spaces (`limit=+5` and `limit=05` are refused: the OpenAPI document's
+    /// integer has one spelling, and a client that sends another has a bug worth hearing about).
     pub fn number<T>(&self, name: &str, min: T, max: T) -> Result<Option<T>, ApiError>
     where
         T: FromStr + PartialOrd + std::fmt::Display + Copy,
@@ -108,8 +110,9 @@ impl QueryParams {
         let Some(raw) = self.string(name) else {
             return Ok(None);
         };
-        match raw.trim().parse::<T>() {
-            Ok(v) if v >= min && v <= max => Ok(Some(v)),
+        let parsed = json_number(raw).then(|| raw.parse::<T>().ok()).flatten();
+        match parsed {
+            Some(v) if v >= min && v <= max => Ok(Some(v)),
             _ => Err(invalid(
                 name,
                 format!("must be a number in {min}..={max}, got `{}`", shorten(raw)),
@@ -137,6 +140,44 @@ impl QueryParams {
             ))
         }
     }
+}
+
+/// `s` is a number as JSON spells it: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+/// (An unsigned type's parse then refuses the `-`, an integer's the fraction.)
+fn json_number(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while *i < b.len() && b[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        *i - start
+    };
+    if b.first() == Some(&b'-') {
+        i += 1;
+    }
+    let int_start = i;
+    let n = digits(&mut i);
+    if n == 0 || (n > 1 && b[int_start] == b'0') {
+        return false;
+    }
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        if digits(&mut i) == 0 {
+            return false;
+        }
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if digits(&mut i) == 0 {
+            return false;
+        }
+    }
+    i == b.len()
 }
 
 /// Every `%` is followed by two hex digits.
@@ -171,6 +212,22 @@ mod tests {
         assert_eq!(err.body.path.as_deref(), Some("k"));
         assert!(err.body.message.contains("1..=50"), "{}", err.body.message);
         assert!(q.number::<usize>("big", 1, 10).is_err());
+        // Issue 43: a number is written one way — no sign, no leading zeros, no spaces — as
+        // the OpenAPI document's integer says.
+        for raw in [
+            "+5", "05", " 5", "5 ", "0x5", "5.0", "1e1", "-0", "00", "", "٥",
+        ] {
+            let one = QueryParams::parse(&format!("limit={}", raw.replace(' ', "%20"))).unwrap();
+            let err = one.number::<usize>("limit", 0, 10).unwrap_err();
+            assert_eq!(err.body.path.as_deref(), Some("limit"), "{raw:?}");
+        }
+        let nums = QueryParams::parse("limit=0&m=-0.5&n=0.25&o=+0.5&p=.5&q=1e-1").unwrap();
+        assert_eq!(nums.number::<usize>("limit", 0, 10).unwrap(), Some(0));
+        assert_eq!(nums.number::<f64>("m", -1.0, 1.0).unwrap(), Some(-0.5));
+        assert_eq!(nums.number::<f64>("n", -1.0, 1.0).unwrap(), Some(0.25));
+        assert_eq!(nums.number::<f64>("q", -1.0, 1.0).unwrap(), Some(0.1));
+        assert!(nums.number::<f64>("o", -1.0, 1.0).is_err());
+        assert!(nums.number::<f64>("p", -1.0, 1.0).is_err());
         assert_eq!(q.string("x"), Some("A"));
         let err = QueryParams::parse("limit=1&limit=2").err().unwrap();
         assert_eq!(err.body.path.as_deref(), Some("limit"));

@@ -87,7 +87,7 @@ pub(super) fn clamp_to_now(t: time::OffsetDateTime, skew_secs: u64) -> time::Off
         (status = 200, description = "The verdict (or, for a batch, one item per event: a verdict or `{\"error\": ...}`)", body = Verdict),
         (status = 400, description = "Malformed JSON, invalid UTF-8, an invalid event; `path` names the field", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 409, description = "A new subtask of a root that has server.max_subtasks already (`too_many_subtasks`)", body = ErrorBody),
+        (status = 409, description = "A new subtask of a root that has server.max_subtasks already (`too_many_subtasks`), or a `parent_task_id` that would move a task that exists under another parent (`parent_conflict`; a task keeps the place it was created with)", body = ErrorBody),
         (status = 413, description = "Body or a text field too large", body = ErrorBody),
         (status = 429, description = "The embedding queue is full; see Retry-After", body = ErrorBody),
         (status = 503, description = "Model unavailable, store failure or timeout", body = ErrorBody),
@@ -696,10 +696,11 @@ pub async fn feedback(
         "",
         &Limits::of(&state.cfg.server),
     )?;
-    let req: FeedbackRequest = typed(value)?;
+    let mut req: FeedbackRequest = typed(value)?;
     if let Some(why) = loopguard::event::task_id_problem(&req.task_id) {
         return Err(ApiError::bad_request("invalid_event", why).at("task_id"));
     }
+    req.task_id = loopguard::event::task_id_nfc(&req.task_id);
     let record = state
         .engine
         .feedback(&req.task_id, req.seq, req.label, req.note, req.matched_seq)
@@ -745,35 +746,69 @@ pub async fn export_feedback(
     State(state): State<Arc<AppState>>,
     q: QueryParams,
 ) -> Result<Response, ApiError> {
-    let format = q.choice("format", &["pairs", "runs"])?;
-    let records = state
-        .engine
-        .feedback_store()
-        .list()
+    let runs = q.choice("format", &["pairs", "runs"])? == "runs";
+    // The first page is read before answering, so that a store that cannot be read is an
+    // error status, not a 200 cut short.
+    let store = Arc::clone(state.engine.feedback_store());
+    let first = store
+        .page(0, loopguard::feedback::PAGE)
         .await
         .map_err(loopguard::engine::EngineError::from)?;
-    let mut out = String::new();
-    match format {
-        "pairs" => {
-            for p in records.iter().filter_map(|r| r.as_pair()) {
-                out.push_str(&p.to_string());
+    // Streamed a page of records at a time: what is held is one page, whatever the export's
+    // size (it was built whole in memory: 1 GB for 270k records).
+    let lines = move |page: &[loopguard::feedback::FeedbackRecord]| {
+        let mut out = String::new();
+        for r in page {
+            let line = if runs {
+                (!r.events.is_empty()).then(|| r.as_run())
+            } else {
+                r.as_pair()
+            };
+            if let Some(line) = line {
+                out.push_str(&line.to_string());
                 out.push('\n');
             }
         }
-        "runs" => {
-            for r in records.iter().filter(|r| !r.events.is_empty()) {
-                out.push_str(&r.as_run().to_string());
-                out.push('\n');
-            }
-        }
-        _ => unreachable!("choice() allows only these"),
+        axum::body::Bytes::from(out)
+    };
+    enum Step {
+        Page(
+            Vec<loopguard::feedback::FeedbackRecord>,
+            Arc<loopguard::feedback::FeedbackStore>,
+        ),
+        Failed(String),
+        Done,
     }
+    let body = futures_util::stream::unfold(Step::Page(first, store), move |step| async move {
+        match step {
+            Step::Done => None,
+            // Mid-answer: the status is sent, so the body ends short (a client sees a chunked
+            // body cut off) and the error is logged.
+            Step::Failed(e) => Some((Err(std::io::Error::other(e)), Step::Done)),
+            Step::Page(page, store) => {
+                let chunk = lines(&page);
+                let next = match page.last() {
+                    Some(last) if page.len() == loopguard::feedback::PAGE => {
+                        match store.page(last.id, loopguard::feedback::PAGE).await {
+                            Ok(page) => Step::Page(page, store),
+                            Err(e) => {
+                                tracing::error!(error = %e, "feedback export: reading a page failed");
+                                Step::Failed(e.to_string())
+                            }
+                        }
+                    }
+                    _ => Step::Done,
+                };
+                Some((Ok(chunk), next))
+            }
+        }
+    });
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/x-ndjson"),
     );
-    Ok((headers, out).into_response())
+    Ok((headers, Body::from_stream(body)).into_response())
 }
 
 /// A body deserialised into its request type, naming the path of the first problem.

@@ -4,11 +4,111 @@
 //! keys ignored. Every problem names its JSON path
 //! (`resourceSpans[0].scopeSpans[1].spans[2].traceId`).
 
-use super::{Attr, Batch, Span, SpanEvent};
+use super::{Attr, Batch, Item, Span, SpanEvent};
 use loopguard::event::InputError;
+use loopguard::json::{Field, Items, Shape};
 use serde_json::{Map, Value};
 
 type Obj = Map<String, Value>;
+
+/// The request's shape as [`decode`] reads it, for [`loopguard::json::from_str_shaped`]: the
+/// keys it reads (each field under either spelling, given once), the arrays whose items count
+/// against `otlp.max_*`, and nothing else built: other keys are skipped unread, and a value of
+/// the wrong kind is kept empty (the reader then says what it expected).
+#[derive(Clone, Copy, Debug)]
+pub enum Otlp {
+    Request,
+    ResourceSpans,
+    Resource,
+    ScopeSpans,
+    Span,
+    Event,
+    Status,
+    KeyValue,
+    AnyValue,
+    ArrayValue,
+    KvListValue,
+    /// A list of `item`, each counted as `count`.
+    List(&'static Otlp, Item),
+    Scalar,
+}
+
+/// The one field `camel` or `snake` names, read as `shape`.
+fn named(key: &str, camel: &'static str, snake: &str, shape: Otlp) -> Option<Field<Otlp>> {
+    (key == camel || key == snake).then_some(Field::Named(shape, camel))
+}
+
+impl Shape for Otlp {
+    fn field(self, key: &str) -> Field<Otlp> {
+        use Otlp::*;
+        const RESOURCE_SPANS: Otlp = ResourceSpans;
+        const SCOPE_SPANS: Otlp = ScopeSpans;
+        const SPAN: Otlp = Span;
+        const EVENT: Otlp = Event;
+        const KEY_VALUE: Otlp = KeyValue;
+        const ANY_VALUE: Otlp = AnyValue;
+        const ATTRIBUTES: Otlp = List(&KEY_VALUE, Item::Attribute);
+        let fields: &[(&'static str, &str, Otlp)] = match self {
+            Request => &[(
+                "resourceSpans",
+                "resource_spans",
+                List(&RESOURCE_SPANS, Item::Block),
+            )],
+            ResourceSpans => &[
+                ("resource", "resource", Resource),
+                ("scopeSpans", "scope_spans", List(&SCOPE_SPANS, Item::Block)),
+            ],
+            Resource => &[("attributes", "attributes", ATTRIBUTES)],
+            ScopeSpans => &[("spans", "spans", List(&SPAN, Item::Span))],
+            Span => &[
+                ("traceId", "trace_id", Scalar),
+                ("spanId", "span_id", Scalar),
+                ("parentSpanId", "parent_span_id", Scalar),
+                ("name", "name", Scalar),
+                ("kind", "kind", Scalar),
+                ("startTimeUnixNano", "start_time_unix_nano", Scalar),
+                ("endTimeUnixNano", "end_time_unix_nano", Scalar),
+                ("attributes", "attributes", ATTRIBUTES),
+                ("events", "events", List(&EVENT, Item::Event)),
+                ("status", "status", Status),
+            ],
+            Event => &[
+                ("timeUnixNano", "time_unix_nano", Scalar),
+                ("name", "name", Scalar),
+                ("attributes", "attributes", ATTRIBUTES),
+            ],
+            Status => &[("code", "code", Scalar), ("message", "message", Scalar)],
+            KeyValue => &[("key", "key", Scalar), ("value", "value", AnyValue)],
+            AnyValue => &[
+                ("stringValue", "string_value", Scalar),
+                ("boolValue", "bool_value", Scalar),
+                ("intValue", "int_value", Scalar),
+                ("doubleValue", "double_value", Scalar),
+                ("arrayValue", "array_value", ArrayValue),
+                ("kvlistValue", "kvlist_value", KvListValue),
+                ("bytesValue", "bytes_value", Scalar),
+            ],
+            ArrayValue => &[("values", "values", List(&ANY_VALUE, Item::Attribute))],
+            KvListValue => &[("values", "values", ATTRIBUTES)],
+            List(..) | Scalar => &[],
+        };
+        fields
+            .iter()
+            .find_map(|(camel, snake, shape)| named(key, camel, snake, *shape))
+            .unwrap_or(Field::Skip)
+    }
+
+    fn items(self) -> Items<Otlp> {
+        match self {
+            Otlp::List(item, count) => Items::Counted(*item, count as usize),
+            _ => Items::Skip,
+        }
+    }
+
+    fn converted(self) -> bool {
+        matches!(self, Otlp::KeyValue | Otlp::AnyValue)
+    }
+}
 
 /// `path.key`, or `key` at the top.
 fn join(path: &str, key: &str) -> String {
@@ -181,26 +281,65 @@ pub const SPAN_KIND_NAMES: [&str; 6] = [
 pub const STATUS_CODE_NAMES: [&str; 3] =
     ["STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"];
 
-fn key_values(items: &[Value], path: &str) -> Result<Vec<(String, Attr)>, InputError> {
+/// The attributes and values of a request, made as its JSON is parsed ([`convert`]): each
+/// `KeyValue` and `AnyValue` object is replaced in the document by its index here, so what is
+/// held while the rest is parsed is the attributes, not their JSON objects (a `KeyValue` of
+/// two small objects is over a kilobyte as a tree, ~100 bytes as an attribute).
+#[derive(Default)]
+pub struct Made {
+    key_values: Vec<Option<(String, Attr)>>,
+    values: Vec<Option<Attr>>,
+}
+
+/// A placeholder's index, taken out of `made`.
+fn take<T>(made: &mut [Option<T>], placeholder: &Value, path: &str) -> Result<T, InputError> {
+    placeholder
+        .as_u64()
+        .and_then(|i| made.get_mut(i as usize))
+        .and_then(Option::take)
+        .ok_or_else(|| InputError::new(path, "expected an object"))
+}
+
+/// [`loopguard::json::from_str_converting`]'s conversion for OTLP: `KeyValue` and `AnyValue`
+/// objects become attributes in `made`, their place in the document their index.
+pub fn convert(made: &mut Made, shape: Otlp, path: &str, v: Value) -> Result<Value, InputError> {
+    match shape {
+        Otlp::KeyValue => {
+            let kv = object(&v, path)?;
+            let key = string(kv, "key", "key", path)?;
+            let value = match kv.get("value").filter(|v| !v.is_null()) {
+                None => Attr::Empty,
+                Some(p) => take(&mut made.values, p, &format!("{path}.value"))?,
+            };
+            made.key_values.push(Some((key, value)));
+            Ok(Value::from(made.key_values.len() - 1))
+        }
+        // A `null` value of a key is no value (the key's conversion reads it so).
+        Otlp::AnyValue if v.is_null() => Ok(v),
+        Otlp::AnyValue => {
+            let a = any(&v, path, made)?;
+            made.values.push(Some(a));
+            Ok(Value::from(made.values.len() - 1))
+        }
+        _ => Ok(v),
+    }
+}
+
+fn key_values(
+    items: &[Value],
+    path: &str,
+    made: &mut Made,
+) -> Result<Vec<(String, Attr)>, InputError> {
     items
         .iter()
         .enumerate()
-        .map(|(i, kv)| {
-            let at = format!("{path}[{i}]");
-            let kv = object(kv, &at)?;
-            let key = string(kv, "key", "key", &at)?;
-            let value = match kv.get("value").filter(|v| !v.is_null()) {
-                None => Attr::Empty,
-                Some(v) => any(v, &format!("{at}.value"))?,
-            };
-            Ok((key, value))
-        })
+        .map(|(i, kv)| take(&mut made.key_values, kv, &format!("{path}[{i}]")))
         .collect()
 }
 
 /// An `AnyValue`: `{"stringValue": ...}`, `{"intValue": ...}`, ...; `{}` is empty. Every value
 /// given is checked; the first, in this order, is the value.
-fn any(v: &Value, path: &str) -> Result<Attr, InputError> {
+fn any(v: &Value, path: &str, made: &mut Made) -> Result<Attr, InputError> {
     let obj = object(v, path)?;
     let at = |key: &str| format!("{path}.{key}");
     let mut value = None;
@@ -253,14 +392,20 @@ fn any(v: &Value, path: &str) -> Result<Attr, InputError> {
         let items = list(a, "values", "values", &at("arrayValue"))?
             .iter()
             .enumerate()
-            .map(|(i, v)| any(v, &format!("{path}.arrayValue.values[{i}]")))
+            .map(|(i, v)| {
+                let at = format!("{path}.arrayValue.values[{i}]");
+                if v.is_null() {
+                    return Err(expected(&at, "an object", v));
+                }
+                take(&mut made.values, v, &at)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         value.get_or_insert(Attr::Array(items));
     }
     if let Some(l) = field(obj, "kvlistValue", "kvlist_value") {
         let l = object(l, &at("kvlistValue"))?;
         let values = list(l, "values", "values", &at("kvlistValue"))?;
-        let kvs = key_values(values, &format!("{path}.kvlistValue.values"))?;
+        let kvs = key_values(values, &format!("{path}.kvlistValue.values"), made)?;
         value.get_or_insert(Attr::Map(kvs));
     }
     if let Some(b) = field(obj, "bytesValue", "bytes_value") {
@@ -274,7 +419,8 @@ fn any(v: &Value, path: &str) -> Result<Attr, InputError> {
     Ok(value.unwrap_or(Attr::Empty))
 }
 
-pub fn decode(doc: &Value) -> Result<Batch, InputError> {
+/// The request, from its document as [`convert`] left it (attributes in `made`).
+pub fn decode(doc: &Value, made: &mut Made) -> Result<Batch, InputError> {
     let root = object(doc, ".")?;
     let mut batch = Batch::default();
     for (i, rs) in list(root, "resourceSpans", "resource_spans", "")?
@@ -291,6 +437,7 @@ pub fn decode(doc: &Value) -> Result<Batch, InputError> {
                 key_values(
                     list(r, "attributes", "attributes", &r_at)?,
                     &format!("{r_at}.attributes"),
+                    made,
                 )?
             }
         };
@@ -304,14 +451,16 @@ pub fn decode(doc: &Value) -> Result<Batch, InputError> {
             let ss = object(ss, &ss_at)?;
             for (k, s) in list(ss, "spans", "spans", &ss_at)?.iter().enumerate() {
                 let at = format!("{ss_at}.spans[{k}]");
-                batch.spans.push(span(object(s, &at)?, &at, resource)?);
+                batch
+                    .spans
+                    .push(span(object(s, &at)?, &at, resource, made)?);
             }
         }
     }
     Ok(batch)
 }
 
-fn span(s: &Obj, at: &str, resource: usize) -> Result<Span, InputError> {
+fn span(s: &Obj, at: &str, resource: usize, made: &mut Made) -> Result<Span, InputError> {
     let trace_id = id(s, "traceId", "trace_id", at, 16, true)?;
     id(s, "spanId", "span_id", at, 8, false)?;
     id(s, "parentSpanId", "parent_span_id", at, 8, false)?;
@@ -335,6 +484,7 @@ fn span(s: &Obj, at: &str, resource: usize) -> Result<Span, InputError> {
             attrs: key_values(
                 list(e, "attributes", "attributes", &e_at)?,
                 &format!("{e_at}.attributes"),
+                made,
             )?,
         });
     }
@@ -346,6 +496,7 @@ fn span(s: &Obj, at: &str, resource: usize) -> Result<Span, InputError> {
         attrs: key_values(
             list(s, "attributes", "attributes", at)?,
             &format!("{at}.attributes"),
+            made,
         )?,
         events,
         error,
@@ -358,6 +509,28 @@ fn span(s: &Obj, at: &str, resource: usize) -> Result<Span, InputError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// `doc` read as a request body is: parsed by its shape, attributes made as it is.
+    fn read(doc: &Value) -> Result<Batch, InputError> {
+        let mut made = Made::default();
+        let mut refused = None;
+        let parsed = loopguard::json::from_str_converting(
+            &doc.to_string(),
+            Otlp::Request,
+            &mut [usize::MAX; 4],
+            &mut |shape: Otlp, path: &str, v: Value| {
+                convert(&mut made, shape, path, v).map_err(|e| {
+                    let m = e.message.clone();
+                    refused = Some(e);
+                    m
+                })
+            },
+        );
+        match parsed {
+            Ok(v) => decode(&v, &mut made),
+            Err(e) => Err(refused.unwrap_or_else(|| InputError::new(e.path, e.message))),
+        }
+    }
 
     #[test]
     fn reads_camel_and_snake_case_numbers_as_strings_and_enum_names() {
@@ -378,7 +551,7 @@ mod tests {
                 "status": {"code": "STATUS_CODE_ERROR", "message": "boom"}
             }]}]
         }]});
-        let b = decode(&doc).unwrap();
+        let b = read(&doc).unwrap();
         assert_eq!(b.resources[0][0].0, "service.name");
         let s = &b.spans[0];
         assert_eq!(s.trace_id, "5b8efff798038103d269b633813fc60c");
@@ -397,21 +570,21 @@ mod tests {
     fn problems_name_their_json_path() {
         let bad_id =
             json!({"resourceSpans": [{"scopeSpans": [{}, {"spans": [{"traceId": "xyz"}]}]}]});
-        let e = decode(&bad_id).unwrap_err();
+        let e = read(&bad_id).unwrap_err();
         assert_eq!(e.path, "resourceSpans[0].scopeSpans[1].spans[0].traceId");
-        let e = decode(&json!({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "00000000000000000000000000000001", "attributes": [{"key": "k", "value": {"intValue": 1.5}}]}]}]}]})).unwrap_err();
+        let e = read(&json!({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "00000000000000000000000000000001", "attributes": [{"key": "k", "value": {"intValue": 1.5}}]}]}]}]})).unwrap_err();
         assert_eq!(
             e.path,
             "resourceSpans[0].scopeSpans[0].spans[0].attributes[0].value.intValue"
         );
-        let e = decode(&json!({"resourceSpans": {}})).unwrap_err();
+        let e = read(&json!({"resourceSpans": {}})).unwrap_err();
         assert_eq!(e.path, "resourceSpans");
         // Every value given is checked, not only the one that is read.
-        let e = decode(&json!({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "00000000000000000000000000000001", "attributes": [{"key": "k", "value": {"stringValue": "s", "kvlistValue": [1]}}]}]}]}]})).unwrap_err();
+        let e = read(&json!({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "00000000000000000000000000000001", "attributes": [{"key": "k", "value": {"stringValue": "s", "kvlistValue": [1]}}]}]}]}]})).unwrap_err();
         assert!(e.path.ends_with("attributes[0].value.kvlistValue"), "{e:?}");
-        let e = decode(&json!([])).unwrap_err();
+        let e = read(&json!([])).unwrap_err();
         assert_eq!(e.path, ".");
-        let e = decode(&json!({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "00000000000000000000000000000001", "kind": 9}]}]}]})).unwrap_err();
+        let e = read(&json!({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "00000000000000000000000000000001", "kind": 9}]}]}]})).unwrap_err();
         assert!(e.path.ends_with(".kind"), "{e:?}");
     }
 }

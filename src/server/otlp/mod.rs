@@ -60,24 +60,33 @@ impl Attr {
         }
     }
 
-    /// As JSON: a string attribute that holds JSON (tool arguments usually do) is parsed.
-    fn to_json(&self) -> Value {
+    /// As JSON: a string attribute that holds JSON (tool arguments usually do) is parsed, as
+    /// long as its values fit in what is left of `budget` (each is taken from it); past it,
+    /// or when it is not JSON, the string is kept as text. (Parsed JSON takes up to ~80 times
+    /// its text: what a request can make of its attributes is bounded by the count.)
+    fn to_json(&self, budget: &mut usize) -> Value {
         match self {
             Attr::Empty => Value::Null,
-            Attr::Str(s) => match serde_json::from_str::<Value>(s) {
-                Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
-                _ => Value::String(s.clone()),
-            },
+            Attr::Str(s) => {
+                let mut left = [*budget];
+                match loopguard::json::from_str_shaped(s, loopguard::json::Counted, &mut left) {
+                    Ok(v @ (Value::Object(_) | Value::Array(_))) => {
+                        *budget = left[0];
+                        v
+                    }
+                    _ => Value::String(s.clone()),
+                }
+            }
             Attr::Bool(b) => json!(b),
             Attr::Int(i) => json!(i),
             Attr::Double(d) => serde_json::Number::from_f64(*d)
                 .map(Value::Number)
                 .unwrap_or_else(|| Value::String(d.to_string())),
             Attr::Bytes(n) => Value::String(format!("<{n} bytes>")),
-            Attr::Array(items) => Value::Array(items.iter().map(Attr::to_json).collect()),
+            Attr::Array(items) => Value::Array(items.iter().map(|a| a.to_json(budget)).collect()),
             Attr::Map(kvs) => Value::Object(
                 kvs.iter()
-                    .map(|(k, v)| (k.clone(), v.to_json()))
+                    .map(|(k, v)| (k.clone(), v.to_json(budget)))
                     .collect::<Map<_, _>>(),
             ),
         }
@@ -186,7 +195,7 @@ fn kind_of(s: &Span) -> Option<Kind> {
 /// The text of the model's output: `gen_ai.output.messages` (messages of parts), the older
 /// `gen_ai.completion` attribute, OpenLLMetry's `gen_ai.completion.N.content`, the
 /// `gen_ai.choice` / `gen_ai.content.completion` events, the AI SDK's `ai.response.text`.
-fn output_text(s: &Span) -> Option<String> {
+fn output_text(s: &Span, json_values: &mut usize) -> Option<String> {
     fn message_text(v: &Value) -> Vec<String> {
         match v {
             Value::Array(items) => items.iter().flat_map(message_text).collect(),
@@ -231,7 +240,7 @@ fn output_text(s: &Span) -> Option<String> {
         "ai.response.text",
     ] {
         if let Some(a) = s.attr(key) {
-            if let Some(t) = joined(message_text(&a.to_json())) {
+            if let Some(t) = joined(message_text(&a.to_json(json_values))) {
                 return Some(t);
             }
         }
@@ -252,22 +261,25 @@ fn output_text(s: &Span) -> Option<String> {
     if let Some(t) = joined(indexed.into_iter().map(|(_, t)| t.to_string()).collect()) {
         return Some(t);
     }
-    let from_events = s
-        .events
-        .iter()
-        .filter(|e| e.name == "gen_ai.choice" || e.name == "gen_ai.content.completion")
-        .flat_map(|e| {
-            e.attrs
-                .iter()
-                .filter(|(k, _)| k == "message" || k == "gen_ai.completion")
-                .flat_map(|(_, v)| message_text(&v.to_json()))
-        })
-        .collect();
+    let mut from_events = Vec::new();
+    for e in &s.events {
+        if e.name != "gen_ai.choice" && e.name != "gen_ai.content.completion" {
+            continue;
+        }
+        for (_, v) in e
+            .attrs
+            .iter()
+            .filter(|(k, _)| k == "message" || k == "gen_ai.completion")
+        {
+            from_events.extend(message_text(&v.to_json(json_values)));
+        }
+    }
     joined(from_events)
 }
 
-/// The event a span becomes, and its metrics label.
-fn event_of(s: &Span) -> Option<(Event, &'static str)> {
+/// The event a span becomes, and its metrics label. JSON text in its attributes is read
+/// within `json_values` values (what is left of `otlp.max_attributes`), else kept as text.
+fn event_of(s: &Span, json_values: &mut usize) -> Option<(Event, &'static str)> {
     match kind_of(s)? {
         Kind::Tool => {
             let tool = s
@@ -279,13 +291,13 @@ fn event_of(s: &Span) -> Option<(Event, &'static str)> {
             let args = s
                 .attr("gen_ai.tool.call.arguments")
                 .or_else(|| s.attr("ai.toolCall.args"))
-                .map(Attr::to_json)
+                .map(|a| a.to_json(json_values))
                 .unwrap_or(Value::Null);
             let failed = s.failed();
             let output = s
                 .attr("gen_ai.tool.call.result")
                 .or_else(|| s.attr("ai.toolCall.result"))
-                .map(Attr::to_json)
+                .map(|a| a.to_json(json_values))
                 .or_else(|| failed.then(|| s.error_text().map(Value::String)).flatten());
             let result = (output.is_some() || failed).then(|| ToolResult {
                 output: output.unwrap_or(Value::Null),
@@ -298,7 +310,7 @@ fn event_of(s: &Span) -> Option<(Event, &'static str)> {
             ))
         }
         Kind::Chat if !s.failed() => {
-            let text = output_text(s)?;
+            let text = output_text(s, json_values)?;
             Some((
                 Event::Response(loopguard::event::Response { text, chunk: false }),
                 "response",
@@ -331,7 +343,7 @@ fn task_of(s: &Span, resource: &[(String, Attr)], key: &str) -> String {
         });
         if let Some(v) = value {
             if loopguard::event::validate_task_id(key, v).is_ok() {
-                return v.to_string();
+                return loopguard::event::task_id_nfc(v);
             }
         }
     }
@@ -360,12 +372,12 @@ fn span_ts(ns: u64) -> Option<time::OffsetDateTime> {
 /// its spans started; and how many spans were ignored.
 type Tasks = BTreeMap<String, Vec<(Envelope, &'static str)>>;
 
-fn envelopes(batch: &Batch, task_attribute: &str) -> (Tasks, u64) {
+fn envelopes(batch: &Batch, task_attribute: &str, mut json_values: usize) -> (Tasks, u64) {
     let mut items = Vec::new();
     let mut ignored = 0;
     for s in &batch.spans {
         let resource = &batch.resources[s.resource];
-        match event_of(s) {
+        match event_of(s, &mut json_values) {
             Some((event, label)) => {
                 let env = Envelope {
                     agent_id: agent_of(s, resource),
@@ -386,6 +398,68 @@ fn envelopes(batch: &Batch, task_attribute: &str) -> (Tasks, u64) {
             .push((env, label));
     }
     (tasks, ignored)
+}
+
+/// What a request may hold, each bounded by a setting (`otlp.max_*`) and counted while the
+/// request is decoded, before anything is built: a body's memory is bounded by these, not by
+/// its size (8 MiB of protobuf is four million empty spans, ~1.5 GiB once decoded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item {
+    Span = 0,
+    /// Attributes of resources, scopes, spans, events and links, the values nested in array and
+    /// map attributes, and the values of JSON text in a GenAI attribute when it is read.
+    Attribute = 1,
+    /// Span events and links.
+    Event = 2,
+    /// Resource and scope blocks (and a resource's entity references).
+    Block = 3,
+}
+
+impl Item {
+    const ALL: [Item; 4] = [Item::Span, Item::Attribute, Item::Event, Item::Block];
+
+    fn setting(self) -> &'static str {
+        match self {
+            Item::Span => "otlp.max_spans",
+            Item::Attribute => "otlp.max_attributes",
+            Item::Event => "otlp.max_events",
+            Item::Block => "otlp.max_blocks",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Item::Span => "spans",
+            Item::Attribute => "attributes (nested values included)",
+            Item::Event => "span events and links",
+            Item::Block => "resource and scope blocks",
+        }
+    }
+}
+
+/// The limits of `cfg`, by [`Item`].
+fn limits(cfg: &loopguard::config::OtlpConfig) -> [usize; 4] {
+    [
+        cfg.max_spans,
+        cfg.max_attributes,
+        cfg.max_events,
+        cfg.max_blocks,
+    ]
+}
+
+/// `413 too_many_items`: the request holds more of `item` than its setting allows.
+fn too_many(item: Item, limits: &[usize; 4], path: String) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_many_items",
+        format!(
+            "the request holds more than {} {} ({}); send smaller batches",
+            limits[item as usize],
+            item.what(),
+            item.setting()
+        ),
+    )
+    .at(path)
 }
 
 /// Which encoding the request is in (its answer is in the same).
@@ -449,35 +523,70 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<
     }
     let bytes: Bytes = axum::body::to_bytes(body, limit)
         .await
-        .map_err(|_| too_large(limit))?;
-    // HTTP's `deflate` is the zlib format (RFC 9110 §8.4.1.2), as OpenTelemetry exporters send it.
-    let mut inflate: Box<dyn Read + '_> = match encoding.as_str() {
-        "gzip" | "x-gzip" => Box::new(flate2::read::GzDecoder::new(&bytes[..])),
-        "deflate" => Box::new(flate2::read::ZlibDecoder::new(&bytes[..])),
-        _ => return Ok(bytes.to_vec()),
+        .map_err(|e| super::body::body_error(e, || too_large(limit)))?;
+    let unreadable = |e: std::io::Error| {
+        ApiError::bad_request(
+            "invalid_otlp",
+            format!("the {encoding} body cannot be read: {e}"),
+        )
     };
     let mut out = Vec::new();
     // One byte past the limit tells a body that is too large from one that fits exactly.
-    inflate
-        .by_ref()
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| {
-            ApiError::bad_request(
-                "invalid_otlp",
-                format!("the {encoding} body cannot be read: {e}"),
-            )
-        })?;
+    let cap = limit as u64 + 1;
+    match encoding.as_str() {
+        // Every member, as the Collector (Go's gzip reader) reads them: a body of several
+        // members is their concatenation, and bytes after the last that are not a member are
+        // an error, not ignored.
+        "gzip" | "x-gzip" => {
+            flate2::bufread::MultiGzDecoder::new(&bytes[..])
+                .take(cap)
+                .read_to_end(&mut out)
+                .map_err(unreadable)?;
+        }
+        // HTTP's `deflate` is the zlib format (RFC 9110 §8.4.1.2), as exporters send it; one
+        // stream, and nothing after it.
+        "deflate" => {
+            let mut z = flate2::bufread::ZlibDecoder::new(&bytes[..]);
+            (&mut z)
+                .take(cap)
+                .read_to_end(&mut out)
+                .map_err(unreadable)?;
+            let after = z.get_ref().len();
+            if out.len() as u64 <= limit as u64 && after > 0 {
+                return Err(ApiError::bad_request(
+                    "invalid_otlp",
+                    format!("{after} bytes after the end of the deflate stream"),
+                ));
+            }
+        }
+        _ => return Ok(bytes.to_vec()),
+    }
     if out.len() > limit {
         return Err(too_large(limit));
     }
     Ok(out)
 }
 
-fn decode(encoding: Encoding, bytes: &[u8]) -> Result<Batch, ApiError> {
+/// The request decoded, and what is left of each limit.
+fn decode(
+    encoding: Encoding,
+    bytes: &[u8],
+    limits: &[usize; 4],
+) -> Result<(Batch, [usize; 4]), ApiError> {
     let invalid = |e: InputError| ApiError::bad_request("invalid_otlp", e.message).at(e.path);
-    match encoding {
-        Encoding::Protobuf => proto::decode(bytes).map_err(invalid),
+    let mut left = *limits;
+    let batch = match encoding {
+        Encoding::Protobuf => {
+            // Counted first, so that prost builds nothing past the limits.
+            proto::count(bytes, &mut left).map_err(|r| match r {
+                proto::Refusal::Over(item, path) => too_many(item, limits, path),
+                proto::Refusal::Malformed(why) => ApiError::bad_request(
+                    "invalid_otlp",
+                    format!("not an OTLP ExportTraceServiceRequest in protobuf: {why}"),
+                ),
+            })?;
+            proto::decode(bytes).map_err(invalid)?
+        }
         Encoding::Json => {
             let text = std::str::from_utf8(bytes).map_err(|e| {
                 ApiError::bad_request(
@@ -485,7 +594,33 @@ fn decode(encoding: Encoding, bytes: &[u8]) -> Result<Batch, ApiError> {
                     format!("the body is not valid UTF-8 (at byte {})", e.valid_up_to()),
                 )
             })?;
-            let doc = loopguard::json::from_str_strict(text).map_err(|e| {
+            // Parsed by the request's shape (what is not read is not built, what is counted
+            // stops at its limit) and its attributes made as they are parsed.
+            let mut made = json::Made::default();
+            let mut refused = None;
+            let parsed = {
+                let mut convert = |shape: json::Otlp, path: &str, v: Value| {
+                    json::convert(&mut made, shape, path, v).map_err(|e| {
+                        let message = e.message.clone();
+                        refused = Some(e);
+                        message
+                    })
+                };
+                loopguard::json::from_str_converting(
+                    text,
+                    json::Otlp::Request,
+                    &mut left,
+                    &mut convert,
+                )
+            };
+            let doc = parsed.map_err(|e| {
+                use loopguard::json::JsonErrorKind;
+                if let JsonErrorKind::OverLimit(i) = e.kind {
+                    return too_many(Item::ALL[i], limits, e.path);
+                }
+                if let Some(r) = refused.take() {
+                    return invalid(r);
+                }
                 let mut err = ApiError::bad_request(
                     "invalid_json",
                     format!(
@@ -493,14 +628,15 @@ fn decode(encoding: Encoding, bytes: &[u8]) -> Result<Batch, ApiError> {
                         e.message, e.line, e.column
                     ),
                 );
-                if e.kind == loopguard::json::JsonErrorKind::DuplicateKey {
+                if e.kind == JsonErrorKind::DuplicateKey {
                     err.body.path = Some(e.path);
                 }
                 err
             })?;
-            json::decode(&doc).map_err(invalid)
+            json::decode(&doc, &mut made).map_err(invalid)?
         }
-    }
+    };
+    Ok((batch, left))
 }
 
 fn answer(encoding: Encoding, rejected: u64, message: String) -> Response {
@@ -525,8 +661,15 @@ fn answer(encoding: Encoding, rejected: u64, message: String) -> Response {
 async fn ingest(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     let encoding = media(headers)?;
     let bytes = read_body(headers, body, state.cfg.otlp.max_body_bytes).await?;
-    let batch = decode(encoding, &bytes)?;
-    let (tasks, ignored) = envelopes(&batch, &state.cfg.otlp.task_attribute);
+    let limits = limits(&state.cfg.otlp);
+    let (batch, left) = decode(encoding, &bytes, &limits)?;
+    drop(bytes);
+    // JSON text in GenAI attributes is read within what is left of the attribute limit.
+    let (tasks, ignored) = envelopes(
+        &batch,
+        &state.cfg.otlp.task_attribute,
+        left[Item::Attribute as usize],
+    );
     drop(batch);
     // Tasks at once, each task's events one after the other, in order.
     let per_task = tasks.into_values().map(|envs| async move {
@@ -677,7 +820,7 @@ pub fn json_schemas() -> Value {
     responses(
         (status = 200, description = "An `ExportTraceServiceResponse` in the request's encoding: empty, or `partialSuccess` with the spans whose events could not be evaluated (not to be retried)"),
         (status = 400, description = "Not OTLP: undecodable protobuf, invalid JSON, a bad trace id; `path` names the field. Nothing was evaluated", body = ErrorBody),
-        (status = 413, description = "Over otlp.max_body_bytes, compressed or not", body = ErrorBody),
+        (status = 413, description = "Over otlp.max_body_bytes, compressed or not (`body_too_large`), or more spans, attributes, span events and links, or resource and scope blocks than otlp.max_spans, max_attributes, max_events, max_blocks allow, counted while decoding (`too_many_items`; `path` names the first past the limit)", body = ErrorBody),
         (status = 415, description = "Neither protobuf nor JSON, or an encoding other than gzip and deflate", body = ErrorBody),
     ),
     security((), ("bearer" = []))

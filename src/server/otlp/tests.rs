@@ -296,6 +296,245 @@ async fn the_task_attribute_names_the_task_and_other_spans_are_ignored_and_count
     );
 }
 
+/// The error body of an answer.
+fn error_of(status: StatusCode, body: &[u8]) -> (StatusCode, Value) {
+    (status, serde_json::from_slice(body).unwrap_or(Value::Null))
+}
+
+/// Issue 43: what a request may hold is bounded while it is decoded, in both encodings:
+/// spans, attributes (nested values included), span events (and links), resource and scope
+/// blocks. Past a limit is `413 too_many_items` naming the setting and where it was passed;
+/// nothing is applied. Keys the reader does not know are skipped unread, whatever they hold.
+#[tokio::test]
+async fn what_a_request_holds_is_bounded_while_it_is_decoded() {
+    let mut cfg = Config::default();
+    cfg.otlp.max_spans = 3;
+    cfg.otlp.max_attributes = 6;
+    cfg.otlp.max_events = 2;
+    cfg.otlp.max_blocks = 4;
+    let app = router(state_with(cfg, model()));
+    let tool = |i: usize| json_tool_span(TRACE_A, i, STUCK[i % 4]);
+    let request =
+        |resources: Vec<Value>| json!({"resourceSpans": resources}).to_string().into_bytes();
+    let resource = |spans: Vec<Value>| json!({"scopeSpans": [{"spans": spans}]});
+    let over = |body: Vec<u8>, setting: &str, path: &str| {
+        let app = app.clone();
+        let (setting, path) = (setting.to_string(), path.to_string());
+        async move {
+            let (status, body, _) = post_traces(&app, "application/json", None, body).await;
+            let (status, err) = error_of(status, &body);
+            assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{setting}: {err}");
+            assert_eq!(err["code"], "too_many_items", "{err}");
+            assert!(err["message"].as_str().unwrap().contains(&setting), "{err}");
+            assert_eq!(err["path"], path, "{err}");
+        }
+    };
+    // Spans: four where three are allowed (one attribute each keeps attributes under theirs).
+    let small = |i: usize| json!({"traceId": TRACE_A, "name": format!("s{i}"), "attributes": [kv("k", "v")]});
+    over(
+        request(vec![resource((0..4).map(small).collect())]),
+        "otlp.max_spans",
+        "resourceSpans[0].scopeSpans[0].spans[3]",
+    )
+    .await;
+    // Across resources too.
+    over(
+        request(vec![
+            resource(vec![small(0), small(1)]),
+            resource(vec![small(2), small(3)]),
+        ]),
+        "otlp.max_spans",
+        "resourceSpans[1].scopeSpans[0].spans[1]",
+    )
+    .await;
+    // Attributes, the values inside an array attribute included.
+    let mut s = small(0);
+    s["attributes"] = json!([{"key": "list", "value": {"arrayValue": {"values": [
+        {"intValue": 1}, {"intValue": 2}, {"intValue": 3}, {"intValue": 4}, {"intValue": 5}, {"intValue": 6}
+    ]}}}]);
+    over(
+        request(vec![resource(vec![s])]),
+        "otlp.max_attributes",
+        "resourceSpans[0].scopeSpans[0].spans[0].attributes[0].value.arrayValue.values[5]",
+    )
+    .await;
+    let mut s = small(0);
+    s["events"] = json!([{"name": "a"}, {"name": "b"}, {"name": "c"}]);
+    over(
+        request(vec![resource(vec![s])]),
+        "otlp.max_events",
+        "resourceSpans[0].scopeSpans[0].spans[0].events[2]",
+    )
+    .await;
+    over(
+        request(vec![json!({}), json!({"scopeSpans": [{}, {}, {}]})]),
+        "otlp.max_blocks",
+        "resourceSpans[1].scopeSpans[2]",
+    )
+    .await;
+
+    // Protobuf: the same limits, checked before a span is built.
+    let bare = || pb::Span {
+        trace_id: hex::decode(TRACE_A).unwrap(),
+        ..Default::default()
+    };
+    let pb_with = |spans: Vec<pb::Span>| ExportTraceServiceRequest {
+        resource_spans: vec![pb::ResourceSpans {
+            scope_spans: vec![pb::ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let req = pb_with((0..4).map(|_| bare()).collect());
+    let (status, body, _) =
+        post_traces(&app, "application/x-protobuf", None, proto::encode(&req)).await;
+    let (status, err) = error_of(status, &body);
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{err}");
+    assert_eq!(err["code"], "too_many_items", "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("otlp.max_spans"),
+        "{err}"
+    );
+    assert_eq!(
+        err["path"], "resourceSpans[0].scopeSpans[0].spans[3]",
+        "{err}"
+    );
+    let mut req = pb_with(vec![bare()]);
+    req.resource_spans[0].scope_spans[0].spans[0].links = vec![Default::default(); 3];
+    let (status, body, _) =
+        post_traces(&app, "application/x-protobuf", None, proto::encode(&req)).await;
+    let (status, err) = error_of(status, &body);
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("otlp.max_events"),
+        "{err}"
+    );
+    let mut req = pb_with(vec![bare()]);
+    req.resource_spans[0].scope_spans[0].spans[0].attributes =
+        (0..5).map(|i| pb_kv(&format!("s{i}"), "v")).collect();
+    req.resource_spans[0].resource = Some(Resource {
+        attributes: (0..2).map(|i| pb_kv(&format!("r{i}"), "v")).collect(),
+        ..Default::default()
+    });
+    let (status, body, _) =
+        post_traces(&app, "application/x-protobuf", None, proto::encode(&req)).await;
+    let (status, err) = error_of(status, &body);
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("otlp.max_attributes"),
+        "{err}"
+    );
+    // The resource's two are read first (its field comes first on the wire), then the span's.
+    assert_eq!(
+        err["path"], "resourceSpans[0].scopeSpans[0].spans[0].attributes[4]",
+        "{err}"
+    );
+    let (_, list, _) = send(&app, "GET", "/v1/tasks", "").await;
+    assert_eq!(list["total"], 0, "nothing was applied: {list}");
+
+    // Within the limits, whatever unknown keys hold (skipped unread, not counted).
+    let mut s = tool(0);
+    s["links"] = json!(vec![
+        json!({"traceId": TRACE_B, "attributes": [kv("a", "b")]});
+        50
+    ]);
+    s["droppedAttributesCount"] = json!(7);
+    let body = request(vec![
+        json!({"schemaUrl": "x", "scopeSpans": [{"scope": {"name": "agent", "attributes": vec![kv("a", "b"); 50]}, "spans": [s]}]}),
+    ]);
+    let (status, body, _) = post_traces(&app, "application/json", None, body).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(task(&app, TRACE_A).await.1["events_total"], 1);
+}
+
+/// Issue 43: a span naming one field in both spellings (`traceId` and `trace_id`) is refused
+/// like any key given twice; data after a compressed body is not ignored: gzip members after
+/// the first are read (as the Collector reads them), anything else after the stream is 400.
+#[tokio::test]
+async fn both_spellings_of_a_field_and_data_after_the_compressed_body_are_refused() {
+    let app = router(state_with(Config::default(), model()));
+    let mut s = json_tool_span(TRACE_A, 0, STUCK[0]);
+    s["trace_id"] = json!(TRACE_B);
+    let (status, body, _) =
+        post_traces(&app, "application/json", None, json_request(vec![s])).await;
+    let (status, err) = error_of(status, &body);
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    assert_eq!(err["code"], "invalid_json", "{err}");
+    assert_eq!(
+        err["path"], "resourceSpans[0].scopeSpans[0].spans[0].trace_id",
+        "{err}"
+    );
+    assert!(
+        err["message"].as_str().unwrap().contains("traceId"),
+        "{err}"
+    );
+    for (camel, snake) in [
+        ("resourceSpans", "resource_spans"),
+        ("startTimeUnixNano", "start_time_unix_nano"),
+    ] {
+        let mut s = json_tool_span(TRACE_A, 0, STUCK[0]);
+        let mut doc: Value = serde_json::from_slice(&json_request(vec![])).unwrap();
+        if camel == "resourceSpans" {
+            doc[snake] = json!([]);
+        } else {
+            s[snake] = json!("1");
+            doc["resourceSpans"][0]["scopeSpans"][0]["spans"] = json!([s]);
+        }
+        let (status, body, _) =
+            post_traces(&app, "application/json", None, doc.to_string().into_bytes()).await;
+        let (status, err) = error_of(status, &body);
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_json")),
+            "{camel}: {err}"
+        );
+    }
+
+    // Two gzip members: both are read (protobuf messages concatenated are one, merged).
+    let mut a = pb_request(TRACE_A);
+    a.resource_spans[0].scope_spans[0].spans.truncate(2);
+    let mut b = pb_request(TRACE_B);
+    b.resource_spans[0].scope_spans[0].spans.truncate(1);
+    let body = [gzip(&proto::encode(&a)), gzip(&proto::encode(&b))].concat();
+    let (status, body, _) = post_traces(&app, "application/x-protobuf", Some("gzip"), body).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(task(&app, TRACE_A).await.1["events_total"], 2);
+    assert_eq!(task(&app, TRACE_B).await.1["events_total"], 1);
+    // Bytes after the last member that are no gzip member, or after a deflate stream: 400.
+    let trailing = [gzip(&proto::encode(&a)), b"trailing junk".to_vec()].concat();
+    let (status, body, _) =
+        post_traces(&app, "application/x-protobuf", Some("gzip"), trailing).await;
+    let (status, err) = error_of(status, &body);
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_otlp")),
+        "{err}"
+    );
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut z, &proto::encode(&a)).unwrap();
+    let deflated = [z.finish().unwrap(), b"more".to_vec()].concat();
+    let (status, body, _) =
+        post_traces(&app, "application/x-protobuf", Some("deflate"), deflated).await;
+    let (status, err) = error_of(status, &body);
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_otlp")),
+        "{err}"
+    );
+    assert!(err["message"].as_str().unwrap().contains("after"), "{err}");
+}
+
+/// The event a span becomes, with no bound on the JSON read from its attributes.
+fn event(s: &Span) -> Option<(Event, &'static str)> {
+    let mut unbounded = usize::MAX;
+    event_of(s, &mut unbounded)
+}
+
 fn span(attrs: Vec<(&str, Attr)>) -> Span {
     Span {
         trace_id: TRACE_A.into(),
@@ -326,7 +565,7 @@ fn genai_spans_of_every_generation_become_the_right_events() {
             ),
         ),
     ]);
-    let Some((Event::Response(r), "response")) = event_of(&chat) else {
+    let Some((Event::Response(r), "response")) = event(&chat) else {
         panic!()
     };
     assert_eq!(r.text, "The file is empty.");
@@ -336,7 +575,7 @@ fn genai_spans_of_every_generation_become_the_right_events() {
         ("gen_ai.completion.1.content", s("second")),
         ("gen_ai.completion.0.content", s("first")),
     ]);
-    let Some((Event::Response(r), _)) = event_of(&old) else {
+    let Some((Event::Response(r), _)) = event(&old) else {
         panic!()
     };
     assert_eq!(r.text, "first\nsecond");
@@ -349,7 +588,7 @@ fn genai_spans_of_every_generation_become_the_right_events() {
             s(r#"{"role":"assistant","content":"done"}"#),
         )],
     });
-    let Some((Event::Response(r), _)) = event_of(&ev) else {
+    let Some((Event::Response(r), _)) = event(&ev) else {
         panic!()
     };
     assert_eq!(r.text, "done");
@@ -361,7 +600,7 @@ fn genai_spans_of_every_generation_become_the_right_events() {
             s(r#"[{"role":"assistant","parts":[{"type":"tool_call","name":"ls"}]}]"#),
         ),
     ]);
-    assert!(event_of(&only_tools).is_none());
+    assert!(event(&only_tools).is_none());
     // A failed chat is a failure, with the exception's text.
     let mut failed = span(vec![
         ("gen_ai.operation.name", s("chat")),
@@ -375,7 +614,7 @@ fn genai_spans_of_every_generation_become_the_right_events() {
             ("exception.message".into(), s("429 Too Many Requests")),
         ],
     });
-    let Some((Event::Failure(f), "failure")) = event_of(&failed) else {
+    let Some((Event::Failure(f), "failure")) = event(&failed) else {
         panic!()
     };
     assert_eq!(f.message, "RateLimitError: 429 Too Many Requests");
@@ -387,7 +626,7 @@ fn genai_spans_of_every_generation_become_the_right_events() {
         ("ai.toolCall.args", s(r#"{"city":"Paris"}"#)),
         ("ai.toolCall.result", s(r#"{"temp":22}"#)),
     ]);
-    let Some((Event::ToolCall(c), "tool_call")) = event_of(&ai_sdk) else {
+    let Some((Event::ToolCall(c), "tool_call")) = event(&ai_sdk) else {
         panic!()
     };
     assert_eq!(
@@ -402,12 +641,12 @@ fn genai_spans_of_every_generation_become_the_right_events() {
     ]);
     tool.error = true;
     tool.status_message = "no such file".into();
-    let Some((Event::ToolCall(c), _)) = event_of(&tool) else {
+    let Some((Event::ToolCall(c), _)) = event(&tool) else {
         panic!()
     };
     let r = c.result.unwrap();
     assert_eq!((r.output, r.is_error), (json!("no such file"), Some(true)));
     // Not GenAI, or a GenAI operation loopguard does not evaluate: ignored.
-    assert!(event_of(&span(vec![("http.request.method", s("GET"))])).is_none());
-    assert!(event_of(&span(vec![("gen_ai.operation.name", s("invoke_agent"))])).is_none());
+    assert!(event(&span(vec![("http.request.method", s("GET"))])).is_none());
+    assert!(event(&span(vec![("gen_ai.operation.name", s("invoke_agent"))])).is_none());
 }

@@ -10,6 +10,10 @@
 //! record   = len: u32 LE | crc32(payload): u32 LE | payload (JSON, `len` bytes)
 //! seg-N    = commits appended, one batch per group commit; the last batch may be torn by a crash
 //! snap-N   = every task as it was after all records of the segments before N, then an end record
+//! seg-N.note = a line per batch of seg-N, once synced: where seg-N ends, its records, each
+//!            record's task and version (JSON, a tab, its CRC32 in hex); see [`note_path`]
+//! MANIFEST = the segments closed since the newest snapshot (length, records) and the one
+//!            written now, rewritten at each start and rotation; see [`Manifest`]
 //! ```
 //!
 //! One event's record is mostly what the events before it were (the same failure, the same
@@ -725,11 +729,163 @@ pub fn remove_closed(dir: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// What the log must hold, written with each rotation (and at every start): the segments
+/// after the newest snapshot that were closed, each with its length and how many records it
+/// holds, and the segment being appended to. Recovery and `store verify` check the files
+/// against it: a segment deleted or cut is refused by name with the acknowledged events it
+/// held, where the files alone would read as a shorter, sound log. A directory without one
+/// (written by a version before it) is not damage: it is written at the next start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Manifest {
+    pub closed: Vec<ClosedSegment>,
+    pub current: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClosedSegment {
+    pub segment: u64,
+    pub bytes: u64,
+    pub records: u64,
+}
+
+pub fn manifest_path(dir: &Path) -> PathBuf {
+    dir.join("MANIFEST")
+}
+
+/// A line of a manifest or a note: its JSON, a tab, and the CRC32 of the JSON in hex, so that a
+/// damaged line is told from one that says something else.
+fn checked_line(value: &impl serde::Serialize) -> Result<Vec<u8>, StoreError> {
+    let mut line = serde_json::to_vec(value).map_err(|e| StoreError::Io(e.to_string()))?;
+    let crc = crc32fast::hash(&line);
+    line.extend_from_slice(format!("\t{crc:08x}\n").as_bytes());
+    Ok(line)
+}
+
+/// The JSON of a line [`checked_line`] wrote, if its checksum matches.
+fn checked<T: serde::de::DeserializeOwned>(line: &[u8]) -> Option<T> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let tab = line.iter().rposition(|b| *b == b'\t')?;
+    let (json, crc) = (&line[..tab], &line[tab + 1..]);
+    let crc = u32::from_str_radix(std::str::from_utf8(crc).ok()?, 16).ok()?;
+    (crc32fast::hash(json) == crc)
+        .then(|| serde_json::from_slice(json).ok())
+        .flatten()
+}
+
+pub fn read_manifest(dir: &Path) -> Result<Option<Manifest>, StoreError> {
+    let path = manifest_path(dir);
+    match std::fs::read(&path) {
+        Ok(bytes) => checked(&bytes)
+            .map(Some)
+            .ok_or_else(|| StoreError::Damaged {
+                file: path.display().to_string(),
+                offset: 0,
+                message: "unreadable (its checksum does not match, or it is not a manifest); it \
+                      says which segments must exist: restore it, or remove it to open the \
+                      log without that check"
+                    .into(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_at(&path, e)),
+    }
+}
+
+/// Replace the manifest atomically (a temporary file, synced, renamed, the directory synced).
+pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<(), StoreError> {
+    let path = manifest_path(dir);
+    let tmp = path.with_extension("tmp");
+    let bytes = checked_line(manifest)?;
+    let written = File::create(&tmp)
+        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_at(&path, e));
+    }
+    sync_dir(dir)
+}
+
+/// A segment's note: one line per batch (with its checksum), appended once the batch is synced, saying where the
+/// segment ends after it, how many records it holds, and each record's task and the version
+/// it brought the task to (`None`: deleted). Not synced on its own (a second sync per batch
+/// would halve the commit rate) except when its segment is closed: after a process crash it is
+/// whole, after a power loss it may miss the last batches, never claim more than the segment
+/// holds. With it, a segment cut at a batch boundary or deleted after a crash is told from a
+/// sound one, and `store verify` says how far each task got.
+pub fn note_path(dir: &Path, n: u64) -> PathBuf {
+    dir.join(format!("seg-{n:010}.note"))
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NoteLine {
+    /// The segment's length after the batch.
+    pub end: u64,
+    /// Records in the segment after the batch.
+    pub records: u64,
+    /// Each record of the batch: its task and the version it brought it to (`None`: deleted).
+    pub tasks: Vec<(String, Option<u64>)>,
+}
+
+/// What a segment's note says: its lines in order (a torn last line is left out: a write a
+/// crash cut, never read as damage).
+pub fn read_note(dir: &Path, n: u64) -> Result<Option<Vec<NoteLine>>, StoreError> {
+    let path = note_path(dir, n);
+    let text = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_at(&path, e)),
+    };
+    let mut lines = Vec::new();
+    for line in text.split(|b| *b == b'\n') {
+        match checked::<NoteLine>(line) {
+            Some(l) => lines.push(l),
+            // A line cut by a crash, zeros a power loss left, or a damaged one: the note ends
+            // here (a note only ever says less than the segment holds, never more).
+            None => break,
+        }
+    }
+    Ok(Some(lines))
+}
+
+/// Append one line to an open note.
+pub fn append_note(file: &mut File, line: &NoteLine) -> std::io::Result<()> {
+    let bytes = checked_line(line).map_err(|e| std::io::Error::other(e.to_string()))?;
+    file.write_all(&bytes)
+}
+
+/// Open segment `n`'s note for appending (created when missing).
+pub fn open_note(dir: &Path, n: u64) -> Result<File, StoreError> {
+    let path = note_path(dir, n);
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| io_at(&path, e))
+}
+
+/// Write segment `n`'s note afresh, as one line saying what the segment holds (at a start,
+/// from what recovery read), synced.
+pub fn rewrite_note(dir: &Path, n: u64, line: &NoteLine) -> Result<(), StoreError> {
+    let path = note_path(dir, n);
+    let tmp = path.with_extension("note.tmp");
+    let bytes = checked_line(line)?;
+    let written = File::create(&tmp)
+        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_at(&path, e));
+    }
+    Ok(())
+}
+
 /// Numbered files of the log directory: segments and snapshots, each in order.
 #[derive(Default)]
 pub struct Listing {
     pub segments: Vec<u64>,
     pub snapshots: Vec<u64>,
+    /// Segments' notes ([`note_path`]).
+    pub notes: Vec<u64>,
     pub temporary: Vec<PathBuf>,
 }
 
@@ -746,6 +902,8 @@ pub fn list(dir: &Path) -> Result<Listing, StoreError> {
         };
         if let Some(n) = number("seg-", ".log") {
             out.segments.push(n);
+        } else if let Some(n) = number("seg-", ".note") {
+            out.notes.push(n);
         } else if let Some(n) = number("snap-", ".snap") {
             out.snapshots.push(n);
         } else if name.ends_with(".tmp") {
@@ -754,6 +912,7 @@ pub fn list(dir: &Path) -> Result<Listing, StoreError> {
     }
     out.segments.sort_unstable();
     out.snapshots.sort_unstable();
+    out.notes.sort_unstable();
     Ok(out)
 }
 

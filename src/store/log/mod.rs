@@ -20,7 +20,13 @@
 //! after it, is cut off (it was never acknowledged). A bad batch followed by valid ones, anything
 //! missing from a log that was closed cleanly (`CLOSED`), or a damaged snapshot stops the start,
 //! naming the file and the byte; `loopguard store verify` and `loopguard store salvage` (see
-//! [`examine`]) tell what is affected and keep every intact record.
+//! [`examine`]) tell what is affected and keep every intact record. What would read as a
+//! shorter, sound log is refused too: the manifest (`MANIFEST`, at each start and rotation)
+//! says which segments must exist and how long the closed ones are, and each segment's note
+//! (`seg-N.note`, a line per synced batch) how far its acknowledged batches reach and which
+//! version each task reached — so a segment deleted, or cut where a batch ends, after a crash
+//! is refused with the acknowledged events it held, and `store verify` counts them task by
+//! task. A directory without them (an older version's) opens as before and gets them.
 //!
 //! A full disk does not need a restart: the writer cuts the failed write back off and retries it
 //! with backoff; meanwhile new commits are refused at once (`StoreError::Full`), reads work, and
@@ -45,7 +51,7 @@ use files::Layout;
 use index::{Index, Loc, Lookup, PageWriter, Task};
 use recover::*;
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -119,6 +125,26 @@ pub(crate) enum Record {
     End { tasks: u64 },
 }
 
+impl Record {
+    /// The task a segment's record is about and the version it brings it to (`None`: it is
+    /// deleted), as the segment's note records it; `None` for a snapshot's records.
+    fn noted(&self) -> Option<(String, Option<u64>)> {
+        match self {
+            Record::Commit {
+                root, base, full, ..
+            } => Some((
+                root.clone(),
+                Some(
+                    full.as_ref()
+                        .map_or(base.map_or(0, |b| b + 1), |f| f.version),
+                ),
+            )),
+            Record::Delete { root } => Some((root.clone(), None)),
+            Record::Head { .. } | Record::Task { .. } | Record::End { .. } => None,
+        }
+    }
+}
+
 /// The records as written, borrowing what they carry (the commit path clones nothing for them).
 #[derive(Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -156,6 +182,9 @@ struct Inner {
     index: Index,
     /// Framed records appended since the writer last took them.
     pending: Vec<u8>,
+    /// Each of those records' task and the version it brings it to (`None`: deleted), for
+    /// the segment's note.
+    pending_notes: Vec<(String, Option<u64>)>,
     /// Commits appended so far; commit `n` is durable once the writer reports `n`.
     appended: u64,
     /// Why the log cannot take commits any more: a write or sync failed other than for want of
@@ -223,6 +252,9 @@ impl LogStore {
             let _ = std::fs::remove_file(tmp);
         }
         let closed = files::read_closed(dir)?;
+        // Which segments must exist, and how long the closed ones are (none in a directory
+        // written before it was kept: then only the files themselves are checked).
+        let manifest = files::read_manifest(dir)?;
         let cached = opts.cached_tasks.max(1);
         let mut index = Index::new(opts.audit_kept);
         let mut spill = Spill::create(dir, &mut index)?;
@@ -263,6 +295,9 @@ impl LogStore {
                 });
             }
         }
+        if let Some(m) = &manifest {
+            check_manifest(dir, m, base, &segments)?;
+        }
         if let Some(c) = closed {
             // Closed cleanly: the last segment is exactly as it was left.
             let last = segments.last().copied().unwrap_or(base);
@@ -286,10 +321,17 @@ impl LogStore {
                 });
             }
         }
+        for &n in &segments {
+            check_note(dir, n)?;
+        }
         // The last segment's records: its next batch is compressed against them.
         let mut history = files::History::default();
+        // What each segment holds: its records, and the version each task reached in it.
+        let mut held: Vec<(u64, u64, BTreeMap<String, Option<u64>>)> = Vec::new();
         for (i, &n) in segments.iter().enumerate() {
             let path = files::segment_path(dir, n);
+            let mut records = 0u64;
+            let mut tasks = BTreeMap::new();
             let read = files::read_records(&path, Layout::Chained, |payload, at| {
                 let damaged = |message: String| StoreError::Damaged {
                     file: path.display().to_string(),
@@ -298,6 +340,10 @@ impl LogStore {
                 };
                 let record: Record =
                     serde_json::from_slice(payload).map_err(|e| damaged(e.to_string()))?;
+                if let Some((root, version)) = record.noted() {
+                    tasks.insert(root, version);
+                }
+                records += 1;
                 replay(&mut index, record, payload.len() as u64 + 8).map_err(|e| match e {
                     StoreError::Corrupt { task, message } => {
                         damaged(format!("a record of task {task}: {message}"))
@@ -332,6 +378,7 @@ impl LogStore {
                 );
                 files::truncate(&path, offset)?;
             }
+            held.push((n, records, tasks));
         }
         // Files the newest snapshot covers, left by a crash before they were deleted.
         remove_covered(dir, base, &listing);
@@ -347,7 +394,46 @@ impl LogStore {
             .metadata()
             .map_err(|e| files::io_at(&seg_path, e))?
             .len();
+        // Each segment's note says what it holds as read now (written afresh where it is
+        // missing, from a directory of the version before notes, or short of the segment's
+        // end, after a crash between a batch's sync and its note), and the manifest which
+        // segments must exist: both before anything is appended.
+        let mut closed_segments = Vec::new();
+        let mut seg_records = 0;
+        for (n, records, tasks) in held {
+            let bytes = std::fs::metadata(files::segment_path(dir, n))
+                .map_err(|e| files::io_at(dir, e))?
+                .len();
+            let noted_end = files::read_note(dir, n)?
+                .and_then(|lines| lines.last().map(|l| l.end))
+                .unwrap_or(0);
+            if noted_end != bytes {
+                let line = files::NoteLine {
+                    end: bytes,
+                    records,
+                    tasks: tasks.into_iter().collect(),
+                };
+                files::rewrite_note(dir, n, &line)?;
+            }
+            if n == current {
+                seg_records = records;
+            } else {
+                closed_segments.push(files::ClosedSegment {
+                    segment: n,
+                    bytes,
+                    records,
+                });
+            }
+        }
+        let note = files::open_note(dir, current)?;
         files::sync_dir(dir)?;
+        files::write_manifest(
+            dir,
+            &files::Manifest {
+                closed: closed_segments.clone(),
+                current,
+            },
+        )?;
         // From here on the log may be appended to: a crash is possible again.
         files::remove_closed(dir)?;
 
@@ -355,6 +441,7 @@ impl LogStore {
             inner: Mutex::new(Inner {
                 index,
                 pending: Vec::with_capacity(64 << 10),
+                pending_notes: Vec::new(),
                 appended: 0,
                 failed: None,
                 stalled: None,
@@ -382,6 +469,9 @@ impl LogStore {
                         file,
                         segment: current,
                         seg_bytes,
+                        seg_records,
+                        note: Some(note),
+                        closed: closed_segments,
                         history,
                         done: tx,
                         spill,
@@ -547,6 +637,9 @@ impl LogStore {
                 index.link(task, root);
             }
             inner.pending.extend_from_slice(&buf);
+            inner
+                .pending_notes
+                .push((root.to_string(), Some(next.version)));
             inner.appended += 1;
             (inner.appended, std::mem::take(&mut inner.writer_idle))
         };
@@ -593,6 +686,7 @@ impl LogStore {
             let had = inner.index.delete(root);
             if had {
                 inner.pending.extend_from_slice(&buf);
+                inner.pending_notes.push((root.to_string(), None));
                 inner.appended += 1;
                 inner.writer_idle = false;
             }

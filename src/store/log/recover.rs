@@ -318,3 +318,114 @@ pub(super) fn damage_followed(
         ),
     }
 }
+
+/// How many acknowledged records segment `n`'s note says lie past byte `size` (all of them
+/// for a missing segment, `size` 0), and how many it held in all; `None` without a note.
+pub(super) fn noted_after(dir: &Path, n: u64, size: u64) -> Result<Option<(u64, u64)>, StoreError> {
+    let Some(lines) = files::read_note(dir, n)? else {
+        return Ok(None);
+    };
+    let total = lines.last().map_or(0, |l| l.records);
+    let kept = lines
+        .iter()
+        .take_while(|l| l.end <= size)
+        .last()
+        .map_or(0, |l| l.records);
+    Ok(Some((total.saturating_sub(kept), total)))
+}
+
+/// Refuse a log whose files contradict its manifest: a segment it lists as closed that is
+/// missing or not the length it was closed at, or the segment being appended to missing. (The
+/// newest snapshot holds what the segments before it held: those may be gone.)
+pub(super) fn check_manifest(
+    dir: &Path,
+    m: &files::Manifest,
+    base: u64,
+    segments: &[u64],
+) -> Result<(), StoreError> {
+    let damaged = |n: u64, offset: u64, message: String| StoreError::Damaged {
+        file: files::segment_path(dir, n).display().to_string(),
+        offset,
+        message: format!(
+            "{message}. `loopguard store verify` says which tasks lost which events; \
+             `loopguard store salvage --to DIR` keeps every intact record (docs/DEPLOY.md)"
+        ),
+    };
+    for c in m.closed.iter().filter(|c| c.segment >= base) {
+        let path = files::segment_path(dir, c.segment);
+        let size = std::fs::metadata(&path).map(|m| m.len()).ok();
+        match size {
+            _ if !segments.contains(&c.segment) => {
+                return Err(damaged(
+                    c.segment,
+                    0,
+                    format!(
+                        "missing: the manifest lists it, closed at {} bytes holding {} acknowledged events",
+                        c.bytes, c.records
+                    ),
+                ))
+            }
+            Some(size) if size != c.bytes => {
+                let lost = noted_after(dir, c.segment, size)?
+                    .map_or_else(|| "some".to_string(), |(after, _)| after.to_string());
+                return Err(damaged(
+                    c.segment,
+                    size.min(c.bytes),
+                    format!(
+                        "{size} bytes long, where it was closed at {} holding {} acknowledged \
+                         events: something cut or changed it since ({lost} acknowledged events \
+                         after byte {})",
+                        c.bytes,
+                        c.records,
+                        size.min(c.bytes)
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+    if m.current >= base && !segments.contains(&m.current) {
+        let held = match noted_after(dir, m.current, 0)? {
+            Some((_, total)) => format!("{total} acknowledged events, by its note"),
+            None => "acknowledged events (how many is unknown: its note is gone too)".into(),
+        };
+        return Err(damaged(
+            m.current,
+            0,
+            format!(
+                "missing: the manifest names it as the segment being written, and it held {held}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuse a segment shorter than its note says its acknowledged batches reach: cut at a batch
+/// boundary it would read as whole (a crash cuts only a write not yet acknowledged).
+pub(super) fn check_note(dir: &Path, n: u64) -> Result<(), StoreError> {
+    let path = files::segment_path(dir, n);
+    let size = std::fs::metadata(&path)
+        .map_err(|e| files::io_at(&path, e))?
+        .len();
+    let Some(lines) = files::read_note(dir, n)? else {
+        return Ok(());
+    };
+    let Some(last) = lines.last() else {
+        return Ok(());
+    };
+    if size >= last.end {
+        return Ok(());
+    }
+    let (after, _) = noted_after(dir, n, size)?.unwrap_or((0, 0));
+    Err(StoreError::Damaged {
+        file: path.display().to_string(),
+        offset: size,
+        message: format!(
+            "cut: {size} bytes long, where its note says acknowledged batches reach byte {}: \
+             {after} acknowledged events after byte {size} are gone (a crash cuts only a write \
+             never acknowledged). `loopguard store verify` says which tasks lost which events; \
+             `loopguard store salvage --to DIR` keeps every intact record (docs/DEPLOY.md)",
+            last.end
+        ),
+    })
+}

@@ -10,6 +10,13 @@ pub(super) struct Writer {
     pub(super) file: File,
     pub(super) segment: u64,
     pub(super) seg_bytes: u64,
+    /// Records in the current segment.
+    pub(super) seg_records: u64,
+    /// The current segment's note (`None` after it could not be written: notes are a check,
+    /// not the log, so the log goes on without one and the next start writes it afresh).
+    pub(super) note: Option<File>,
+    /// The segments closed since the newest snapshot, for the manifest.
+    pub(super) closed: Vec<files::ClosedSegment>,
     /// The current segment's records so far: what its next batch is compressed against.
     pub(super) history: files::History,
     pub(super) done: tokio::sync::watch::Sender<Done>,
@@ -102,7 +109,7 @@ impl Writer {
         let mut out = Vec::with_capacity(64 << 10);
         let cached = self.shared.opts.cached_tasks.max(1);
         loop {
-            let (batch, generation, view) = {
+            let (batch, notes, generation, view) = {
                 let mut inner = self.shared.inner.lock().expect("task log lock");
                 while inner.pending.is_empty() && !inner.stop {
                     inner.writer_idle = true;
@@ -113,6 +120,7 @@ impl Writer {
                     return Some(self.segment);
                 }
                 let batch = std::mem::replace(&mut inner.pending, std::mem::take(&mut spare));
+                let notes = std::mem::take(&mut inner.pending_notes);
                 let rotate =
                     wants_snapshot(&inner.index, self.seg_bytes, self.shared.opts.segment_bytes)
                         && !inner.snapshotting
@@ -122,7 +130,7 @@ impl Writer {
                     inner.snapshotting = true;
                     View::take(&inner.index)
                 });
-                (batch, inner.appended, view)
+                (batch, notes, inner.appended, view)
             };
             out.clear();
             if let Err(e) = files::encode_batch(&mut self.history, &batch, &mut out) {
@@ -136,6 +144,7 @@ impl Writer {
             stats.bytes_appended.fetch_add(out.len() as u64, Relaxed);
             stats.records_appended.store(generation, Relaxed);
             self.seg_bytes += out.len() as u64;
+            self.note_batch(notes);
             let _ = self.done.send(Done {
                 generation,
                 failed: false,
@@ -224,6 +233,25 @@ impl Writer {
         }
     }
 
+    /// Append the line of a batch just synced to the segment's note.
+    fn note_batch(&mut self, tasks: Vec<(String, Option<u64>)>) {
+        self.seg_records += tasks.len() as u64;
+        let Some(note) = &mut self.note else {
+            return;
+        };
+        let line = files::NoteLine {
+            end: self.seg_bytes,
+            records: self.seg_records,
+            tasks,
+        };
+        if let Err(e) = files::append_note(note, &line) {
+            // A note is a check on the log, not the log: without it the segment is still
+            // whole, and the next start writes it afresh from what the segment holds.
+            tracing::warn!(error = %e, segment = self.segment, "cannot write the task log segment's note; going on without it until the next start");
+            self.note = None;
+        }
+    }
+
     pub(super) fn fail(&self, why: String, generation: u64) {
         tracing::error!(error = %why, "the task log cannot take commits until a restart");
         let mut inner = self.shared.inner.lock().expect("task log lock");
@@ -277,6 +305,40 @@ impl Writer {
             let _ = std::fs::remove_file(&path);
         })?;
         files::sync_dir(&dir)?;
+        // The closed segment's note is synced, and the manifest says it is closed (its length
+        // and records) and which segment is written now, before anything is appended to it.
+        if let Some(note) = &self.note {
+            let _ = note.sync_data();
+        }
+        let mut closed = self.closed.clone();
+        closed.push(files::ClosedSegment {
+            segment: self.segment,
+            bytes: self.seg_bytes,
+            records: self.seg_records,
+        });
+        // Segments the newest snapshot holds need not be listed (they are deleted with it).
+        if let Some(&snap) = files::list(&dir)?.snapshots.last() {
+            closed.retain(|c| c.segment >= snap);
+        }
+        let manifest = files::Manifest {
+            closed: closed.clone(),
+            current: next,
+        };
+        let note = files::open_note(&dir, next).and_then(|note| {
+            files::write_manifest(&dir, &manifest)?;
+            Ok(note)
+        });
+        let note = match note {
+            Ok(note) => note,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(files::note_path(&dir, next));
+                return Err(e);
+            }
+        };
+        self.closed = closed;
+        self.note = Some(note);
+        self.seg_records = 0;
         self.file = file;
         self.segment = next;
         self.seg_bytes = files::MAGIC.len() as u64;
@@ -442,8 +504,13 @@ pub(super) fn remove_covered(dir: &Path, n: u64, listing: &files::Listing) {
         .iter()
         .filter(|&&s| s < n)
         .map(|&s| files::snapshot_path(dir, s));
+    let old_notes = listing
+        .notes
+        .iter()
+        .filter(|&&s| s < n)
+        .map(|&s| files::note_path(dir, s));
     let mut removed = false;
-    for path in old_segments.chain(old_snapshots) {
+    for path in old_segments.chain(old_snapshots).chain(old_notes) {
         match std::fs::remove_file(&path) {
             Ok(()) => removed = true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -3,12 +3,17 @@
 use super::*;
 
 /// The migrations, in order. Applied ones must never change (their checksums are recorded).
-pub(super) const MIGRATIONS: [(i64, &str, &str); 2] = [
+pub(super) const MIGRATIONS: [(i64, &str, &str); 3] = [
     (1, "tasks", include_str!("migrations/0001_tasks.sql")),
     (
         2,
         "loop memory",
         include_str!("migrations/0002_loop_memory.sql"),
+    ),
+    (
+        3,
+        "feedback by task",
+        include_str!("migrations/0003_feedback_by_task.sql"),
     ),
 ];
 
