@@ -225,19 +225,25 @@ def request_runs(requests):
         pool[p["a"]] = p["task_a"]
         pool[p["b"]] = p["task_b"]
     pool = list(pool.items())
-    reply = [{"type": "response", "text": t} for t in REPLIES]
     runs = []
     for i, p in enumerate(requests):
         rng = random.Random(p["id"])
         d = distractors(rng, pool, {p["task_a"], p["task_b"]}, set())
         texts = [d[0], d[1], p["a"], d[2], p["b"]]
+        run_id = f"request:{p['id']}"
+        # The notes between the requests are the planner's own (its agent named): an event
+        # nobody is named for would be the worker's answer, and the pair a request answered.
+        reply = [
+            {"task_id": run_id, "agent_id": "planner", "event": {"type": "response", "text": t}}
+            for t in REPLIES
+        ]
         events = interleave(
             texts,
             lambda t: {"type": "collaboration", "from_agent": "planner", "to_agent": "worker", "request": t},
             reply,
         )
         label = "loop" if p["label"] == 1 else "no_loop"
-        runs.append(labelled(f"request:{p['id']}", events, label, "request_pairs", 8 if label == "loop" else None))
+        runs.append(labelled(run_id, events, label, "request_pairs", 8 if label == "loop" else None))
     return runs
 
 
