@@ -64,6 +64,55 @@ fn is_block(a: &Value) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_asking_again_after_the_same_failure_is_told_to_the_agent_with_the_prompt() {
+    // The person's prompts are the person's turns: the agent's tool calls answer them. Asked a
+    // third time after the same failure came back each time, the agent reads so next to the
+    // prompt; the prompt itself goes through.
+    let backend = Backend::embedded();
+    let s = backend.start(&[]);
+    let client = http_client();
+    s.ready(&client).await;
+    let session = "7d2e9a40-asks-again";
+    let base = json!({"session_id": session, "transcript_path": "/tmp/t.jsonl", "cwd": "/home/dev/app",
+                      "permission_mode": "default"});
+    let with = |extra: Value| {
+        let mut v = base.clone();
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let prompt = with(json!({"hook_event_name": "UserPromptSubmit",
+                             "prompt": "The app still crashes on start, please fix it."}));
+    let crash = with(
+        json!({"hook_event_name": "PostToolUseFailure", "tool_name": "Bash",
+        "tool_input": {"command": "python app.py"}, "tool_use_id": "toolu_01",
+        "error": "Exit code 1\nTraceback (most recent call last):\n  File \"app.py\", line 3, in <module>\n    import flask\nModuleNotFoundError: No module named 'flask'"}),
+    );
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(hook(&client, &s, "claude-code", &prompt).await);
+        hook(&client, &s, "claude-code", &crash).await;
+    }
+    assert_eq!(answers[0], json!({}), "{answers:#?}");
+    let told = &answers[2]["hookSpecificOutput"];
+    assert_eq!(told["hookEventName"], "UserPromptSubmit", "{answers:#?}");
+    assert!(told["additionalContext"].is_string(), "{answers:#?}");
+    assert!(
+        !is_block(&answers[2]),
+        "a prompt is never refused: {answers:#?}"
+    );
+    let task: Value = s.get_json(&client, &format!("/v1/tasks/{session}")).await;
+    let rules: Vec<&str> = task["last_verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["rule"].as_str())
+        .collect();
+    assert!(rules.contains(&"collaboration.asked_again"), "{task:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_a_reworded_loop_is_blocked_with_the_directive_then_paused_and_resumed_by_a_prompt(
 ) {
     let backend = Backend::embedded();

@@ -10,8 +10,11 @@
 //!
 //! The hook before a tool runs (`PreToolUse`, `BeforeTool`) adds no event (the call comes back
 //! with its result; twice would make every call a repeat of itself): it enforces the gate,
-//! denying every tool call while the task is paused. A new prompt from the person to a paused
-//! session (`UserPromptSubmit`, `BeforeAgent`) is the human intervention: it resets the counter.
+//! denying every tool call while the task is paused. A new prompt from the person (`UserPromptSubmit`,
+//! `BeforeAgent`) is a `collaboration` from `user` to the agent — the person's turn, which the
+//! agent's work answers; a person asking again after answers that changed nothing is a loop, and
+//! the agent reads so next to the prompt (a prompt is never refused). To a paused session, the
+//! prompt is first the human intervention: it resets the counter.
 //!
 //! Answers follow the verdict's action ([`answer`]; docs/INTEGRATIONS.md has the table): nothing
 //! on `continue`, context on a warning, a block with the pivot directive, a stop at the gate.
@@ -26,11 +29,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
 use loopguard::engine::ResetReason;
-use loopguard::event::{Envelope, Event, Failure, Response, ToolCall, ToolResult};
+use loopguard::event::{Collaboration, Envelope, Event, Failure, Response, ToolCall, ToolResult};
 use loopguard::verdict::{ActionType, TaskStatus, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::sync::Arc;
+
+/// Who a prompt is from: the person at the agent's keyboard.
+const PERSON: &str = "user";
 
 /// Which agent sent the hook.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -691,27 +697,51 @@ async fn respond(
                 .snapshot(&e.session)
                 .await?
                 .is_some_and(|s| s.status == TaskStatus::Paused);
-            if !paused {
-                return Ok((HookAnswer::default(), "continue"));
+            if paused {
+                let note = e
+                    .prompt
+                    .as_deref()
+                    .map(|p| format!("new prompt: {}", integrations::fit_text(p, 200)));
+                let by = format!("{} user", agent.name());
+                state
+                    .engine
+                    .reset(&e.session, ResetReason::HumanIntervention, &by, note)
+                    .await?;
             }
-            let note = e
-                .prompt
-                .as_deref()
-                .map(|p| format!("new prompt: {}", integrations::fit_text(p, 200)));
-            let by = format!("{} user", agent.name());
-            state
-                .engine
-                .reset(&e.session, ResetReason::HumanIntervention, &by, note)
-                .await?;
-            let a = HookAnswer {
-                system_message: Some(
+            // The person's turn: a request from the person to the agent, which the agent's
+            // responses and tool calls then answer. Asked again after answers that changed
+            // nothing, it is a loop (`collaboration.asked_again`): the agent reads so next to the
+            // prompt. A person's prompt is never refused.
+            let verdict = match e.prompt.as_deref().filter(|p| !p.trim().is_empty()) {
+                Some(prompt) => {
+                    let event = Event::Collaboration(Collaboration {
+                        from_agent: PERSON.to_string(),
+                        to_agent: e.agent_id.clone(),
+                        request: prompt.to_string(),
+                        to_group: false,
+                    });
+                    Some(
+                        integrations::evaluate(state, Envelope::bare(e.session.clone(), event))
+                            .await?,
+                    )
+                }
+                None => None,
+            };
+            let mut a = HookAnswer::default();
+            if paused {
+                a.system_message = Some(
                     "loopguard: this session was paused after a loop; your prompt resumed it \
                      (loop counter reset)."
                         .into(),
-                ),
-                ..HookAnswer::default()
-            };
-            Ok((a, "resumed"))
+                );
+            }
+            if let Some(v) = verdict.filter(|v| v.is_loop && v.action.kind != ActionType::Continue)
+            {
+                let message = v.action.message.clone().unwrap_or_else(|| v.reason.clone());
+                a.hook_specific_output = Some(context(&e.name, message));
+            }
+            let label = if paused { "resumed" } else { answer_label(&a) };
+            Ok((a, label))
         }
         _ => {
             let Some(event) = event_of(e) else {

@@ -69,9 +69,13 @@ pub fn fit(mut env: Envelope, limits: &Limits) -> Envelope {
             }
         }
         Event::Response(r) => long(&mut r.text),
-        // Hooks and spans make only the three kinds above.
-        Event::Collaboration(_) | Event::Transition(_) | Event::Progress(_) | Event::Outcome(_) => {
+        Event::Collaboration(c) => {
+            short(&mut c.from_agent);
+            short(&mut c.to_agent);
+            long(&mut c.request);
         }
+        // Hooks and spans make only the kinds above.
+        Event::Transition(_) | Event::Progress(_) | Event::Outcome(_) => {}
     }
     env
 }
