@@ -102,7 +102,7 @@ pub struct ResultSig {
     pub external: bool,
     /// Where the call ended, when it ended in an error or a "nothing found".
     #[serde(default)]
-    pub outcome: Option<crate::signature::Outcome>,
+    pub outcome: Option<Box<crate::signature::Outcome>>,
     /// Key of the output with the call's own terms masked ([`crate::signature::echo_key`]): what
     /// the tool found apart from what it was asked. 0 when the output repeats none of them.
     #[serde(default)]
@@ -114,11 +114,8 @@ pub struct ResultSig {
     pub residue: Option<String>,
     /// Its lines with numbers in them, to see two outputs differ only in counters (a token
     /// count, a cost) the task prints whatever the call does.
-    #[serde(
-        default,
-        skip_serializing_if = "crate::signature::NumberedLines::is_empty"
-    )]
-    pub numbered: crate::signature::NumberedLines,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numbered: Option<Box<crate::signature::NumberedLines>>,
     /// Its lines' shape, to see a call run again only add copies of what it printed.
     #[serde(
         default,

@@ -102,6 +102,30 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// Is a message from `sender` one the addressee sends: from B, or, for a group, from any
+    /// member but the asker?
+    fn sent_by_addressee(&self, sender: &str) -> bool {
+        sender == self.to || (self.group && sender != self.from)
+    }
+
+    /// Did the addressee deliver anything new strictly between two seqs: an artifact not seen
+    /// before, or a new version of one (going back to an earlier version is not new)?
+    fn delivered(&self, state: &TaskState, older: u64, newer: u64) -> bool {
+        between(state, older, newer).any(|e| match &e.body {
+            EntryBody::Collaboration {
+                from_agent,
+                artifacts,
+                ..
+            } => {
+                self.sent_by_addressee(from_agent)
+                    && artifacts
+                        .iter()
+                        .any(|a| matches!(a.change, ChangeKind::New | ChangeKind::Changed))
+            }
+            _ => false,
+        })
+    }
+
     /// Was it answered strictly between two seqs?
     fn answered(&self, state: &TaskState, older: u64, newer: u64) -> bool {
         between(state, older, newer).any(|e| self.answers(e))
@@ -214,28 +238,6 @@ fn brought_news(state: &TaskState, e: &Entry) -> bool {
     }
 }
 
-/// Did `agent` deliver anything new strictly between two seqs: an artifact not seen before, or a
-/// new version of one (going back to an earlier version is not new)?
-fn delivered(state: &TaskState, agent: &str, older: u64, newer: u64) -> bool {
-    state
-        .window
-        .iter()
-        .filter(|e| e.seq > older && e.seq < newer)
-        .any(|e| match &e.body {
-            EntryBody::Collaboration {
-                from_agent,
-                artifacts,
-                ..
-            } => {
-                from_agent == agent
-                    && artifacts
-                        .iter()
-                        .any(|a| matches!(a.change, ChangeKind::New | ChangeKind::Changed))
-            }
-            _ => false,
-        })
-}
-
 /// Would a match with `candidate`, a near match in the grey band, make a loop? Only as a request
 /// re-sent unanswered (`collaboration.same_request`): a delivery is the same as another by its
 /// artifacts, whatever its prose, and a request answered in between comes back as itself at
@@ -304,11 +306,11 @@ pub fn unchanged_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
     if !seqs.windows(2).all(|w| r.answered(ctx.state, w[0], w[1])) {
         return None;
     }
-    // A review of artifacts: the agent asked answers with them. Where no answer carries any,
-    // what moved is `asked_again`'s to judge.
+    // A review of artifacts: the agent asked (in a group, another member) answers with them.
+    // Where no answer carries any, what moved is `asked_again`'s to judge.
     let reviewed = between(ctx.state, seqs[0], ctx.entry.seq).any(|e| {
         matches!(&e.body, EntryBody::Collaboration { from_agent, artifacts, .. }
-            if from_agent == m.to && !artifacts.is_empty())
+            if r.sent_by_addressee(from_agent) && !artifacts.is_empty())
     });
     if !reviewed {
         return None;
@@ -317,7 +319,7 @@ pub fn unchanged_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
     // that answer changed nothing the request asked for.
     let idle = seqs
         .windows(2)
-        .find(|w| !delivered(ctx.state, m.to, w[0], w[1]))?;
+        .find(|w| !r.delivered(ctx.state, w[0], w[1]))?;
     let newest = back[0];
     let listed: Vec<String> = seqs[..seqs.len() - 1].iter().map(u64::to_string).collect();
     let mut f = Finding::new(
@@ -463,9 +465,19 @@ pub const COURTESIES: &[&str] = &[
 pub const COURTESY_MAX_WORDS: usize = 60;
 
 /// The text of a turn to compare with the [`COURTESIES`], when it could be one: a message
-/// carrying no artifact, or a response, of at most [`COURTESY_MAX_WORDS`] words.
-pub fn courtesy_candidate<'e>(cfg: &DetectConfig, e: &'e Entry) -> Option<&'e str> {
+/// carrying no artifact, or a response, of at most [`COURTESY_MAX_WORDS`] words, in a task that
+/// already heard from another party. Courtesies count only between parties, so a lone agent's
+/// turns and a task's first event never wait for the model on their account.
+pub fn courtesy_candidate<'e>(
+    cfg: &DetectConfig,
+    state: &TaskState,
+    e: &'e Entry,
+) -> Option<&'e str> {
     if cfg.collaboration.courtesy_similarity > 1.0 {
+        return None;
+    }
+    let me = party(e);
+    if !state.window.iter().any(|w| party(w) != me) {
         return None;
     }
     let text = match &e.body {
@@ -512,12 +524,6 @@ pub fn courtesies(ctx: &Ctx<'_>) -> Option<Finding> {
         return None;
     }
     // A conversation: two parties or more (an agent thanking itself is not one).
-    fn party(e: &Entry) -> Option<&str> {
-        match &e.body {
-            EntryBody::Collaboration { from_agent, .. } => Some(from_agent.as_str()),
-            _ => e.agent_id.as_deref(),
-        }
-    }
     let mut parties: Vec<Option<&str>> = Vec::new();
     for e in &run {
         if !parties.contains(&party(e)) {
@@ -538,6 +544,14 @@ pub fn courtesies(ctx: &Ctx<'_>) -> Option<Finding> {
     );
     f.matched = Some(run[1].seq);
     Some(f)
+}
+
+/// Who took a turn: a message's sender, any other event's agent.
+fn party(e: &Entry) -> Option<&str> {
+    match &e.body {
+        EntryBody::Collaboration { from_agent, .. } => Some(from_agent.as_str()),
+        _ => e.agent_id.as_deref(),
+    }
 }
 
 fn ordinal(n: usize) -> String {
@@ -721,6 +735,23 @@ mod tests {
             "{}",
             f.reason
         );
+    }
+
+    #[test]
+    fn in_a_group_chat_a_comment_answered_with_an_unchanged_program_is_a_loop_too() {
+        // Everyone writes to the hub: the program comes from another member, not from the hub.
+        let mut s = Scene::new();
+        let to_hub = |from: &str, text: &str| ask(from, "chat_manager", text);
+        s.push(to_hub("programmer", &program("")));
+        s.push(to_hub("reviewer", COMMENT));
+        s.push(to_hub("programmer", &program("")));
+        assert!(s
+            .detect(unchanged_artifact, to_hub("reviewer", COMMENT))
+            .is_none());
+        s.push(to_hub("programmer", &program("")));
+        assert!(s
+            .detect(unchanged_artifact, to_hub("reviewer", COMMENT))
+            .is_some());
     }
 
     #[test]

@@ -519,11 +519,13 @@ pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
                 }
                 // Outputs that differ only in the task's counters (tokens sent, a cost, seconds
                 // elapsed) say the same thing.
-                if !l.is_exact()
-                    && r1
-                        .numbered
-                        .alike_but_counters(&r2.numbered, |t| state.ambient.is_counter(t))
-                {
+                let counters_only = match (&r1.numbered, &r2.numbered) {
+                    (Some(n1), Some(n2)) => {
+                        n1.alike_but_counters(n2, |t| state.ambient.is_counter(t))
+                    }
+                    _ => false,
+                };
+                if !l.is_exact() && counters_only {
                     l = Level::Normalized;
                 }
                 if l.is_match()

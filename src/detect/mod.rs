@@ -228,11 +228,9 @@ pub fn says_nothing(state: &TaskState, e: &Entry) -> bool {
         } => {
             r.trivial
                 || (r.shape.plain == 0
-                    && !r.numbered.is_empty()
                     && r.numbered
-                        .lines
-                        .iter()
-                        .all(|(t, _)| state.ambient.is_counter(*t)))
+                        .as_ref()
+                        .is_some_and(|n| n.lines.iter().all(|(t, _)| state.ambient.is_counter(*t))))
         }
         _ => false,
     }

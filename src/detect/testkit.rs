@@ -68,7 +68,9 @@ impl Scene {
                 .into_iter()
                 .map(|(seq, a, b)| (seq, crate::embed::cosine(&stub(&a), &stub(&b))))
                 .collect();
-        if let Some(text) = super::collaboration::courtesy_candidate(&self.cfg.detect, &entry) {
+        if let Some(text) =
+            super::collaboration::courtesy_candidate(&self.cfg.detect, &self.state, &entry)
+        {
             let v = stub(text);
             let best = crate::engine::link::courtesy_texts(self.cfg.model.max_text_chars)
                 .iter()

@@ -97,7 +97,9 @@ impl Engine {
         }
         // A short turn: is it a courtesy (thanks, goodbye)? Compared with the courtesies, which
         // the embedding cache keeps after the first time.
-        if let Some(text) = crate::detect::collaboration::courtesy_candidate(detect, &pass.entry) {
+        if let Some(text) =
+            crate::detect::collaboration::courtesy_candidate(detect, state, &pass.entry)
+        {
             let mut texts = vec![text.to_string()];
             texts.extend(courtesy_texts(self.cfg.model.max_text_chars));
             let started = Instant::now();

@@ -282,12 +282,15 @@ pub fn compared_text(channel: Channel, part: Part, text: &str, max_chars: usize)
 
 /// An output's numbered lines ([`crate::signature::NumberedLines`]), each noted as a possible
 /// counter of the task's environment.
-fn counted_lines(out: &str, ambient: &mut AmbientLines) -> crate::signature::NumberedLines {
+fn counted_lines(
+    out: &str,
+    ambient: &mut AmbientLines,
+) -> Option<Box<crate::signature::NumberedLines>> {
     let numbered = crate::signature::NumberedLines::of(out);
     for (template, line) in &numbered.lines {
         ambient.note_counter(*template, *line, numbered.skel);
     }
-    numbered
+    (!numbered.is_empty()).then(|| Box::new(numbered))
 }
 
 /// The string values of a call's arguments (at any depth), longest first: what an output may
@@ -379,7 +382,8 @@ pub fn observe(
                         failed,
                         &arg_values(&c.args),
                         ambient,
-                    ),
+                    )
+                    .map(Box::new),
                     echo: echo_key(&c.args, &out),
                     shape: crate::signature::LineShape::of(&out),
                     numbered: counted_lines(&out, ambient),

@@ -172,7 +172,7 @@ fn calibration_measures_the_engines_own_rule() {
                     echo: 0,
                     residue: None,
                     shape: Default::default(),
-                    numbered: Default::default(),
+                    numbered: None,
                 }),
                 passive: false,
             },

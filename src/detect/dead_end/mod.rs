@@ -52,7 +52,7 @@ fn attempt(e: &Entry) -> Option<Attempt<'_>> {
         } => Some(Attempt {
             seq: e.seq,
             call,
-            outcome: result.as_ref().and_then(|r| r.outcome.as_ref()),
+            outcome: result.as_ref().and_then(|r| r.outcome.as_deref()),
             failed: result.as_ref().is_some_and(|r| r.failed),
         }),
         _ => None,
