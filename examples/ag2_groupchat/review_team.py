@@ -209,6 +209,7 @@ def run_team(client: loopguard.Client, team: str, work_dir: Path, task_id: Optio
     manager = GroupChatManager(
         chat,
         llm_config=False,
+        silent=True,
         is_termination_msg=lambda m: "TERMINATE" in (m.get("content") or ""),
     )
     guard = watch(client, lead, coder, tester, reviewer, task_id=task_id)
