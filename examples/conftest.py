@@ -13,7 +13,9 @@ from loopguard.testing import LocalServer
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 # Each example imports the shared task and its own modules by name.
-sys.path[:0] = [str(HERE), str(HERE / "mini_swe_agent"), str(HERE / "langgraph_agent")]
+sys.path[:0] = [
+    str(HERE / d) for d in ("", "mini_swe_agent", "langgraph_agent", "ag2_groupchat", "openai_agents")
+]
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,9 @@
 //! | any other GenAI span that failed | `failure` |
 //! | anything else | ignored, counted in `loopguard_otlp_spans_total{outcome="ignored"}` |
 //!
+//! OpenInference spans (`openinference.span.kind`: `TOOL`, `LLM`, failed `AGENT` and `CHAIN`)
+//! are read by [`openinference`], in the same requests.
+//!
 //! The task is the span's trace id, or the value of `otlp.task_attribute` on the span or its
 //! resource. There is no answer path into the agent: verdicts show on the dashboard, in
 //! `/v1/tasks` and in `/metrics`.
@@ -20,6 +23,7 @@
 //! applied; only a request none of whose events was applied is answered 429/503, retryable.
 
 mod json;
+mod openinference;
 mod proto;
 
 pub use json::{SPAN_KIND_NAMES, STATUS_CODE_NAMES};
@@ -386,7 +390,14 @@ fn envelopes(batch: &Batch, task_attribute: &str, mut json_values: usize) -> (Ta
                 };
                 items.push(((s.start_ns, s.end_ns), env, label));
             }
-            None => ignored += 1,
+            None => {
+                match openinference::envelope(s, resource, task_attribute, &mut |a: &Attr| {
+                    a.to_json(&mut json_values)
+                }) {
+                    Some((env, label)) => items.push(((s.start_ns, s.end_ns), env, label)),
+                    None => ignored += 1,
+                }
+            }
         }
     }
     items.sort_by_key(|(at, _, _)| *at);
