@@ -117,7 +117,7 @@ pub static RULES: &[Rule] = &[
         id: "cycle.period",
         kinds: &[K::Cycle],
         statement: "the last p work events repeat the p before them (periods min_period..=max_period), exactly or reworded",
-        settings: &["detect.cycles.min_period", "detect.cycles.max_period", "detect.cycles.repetitions"],
+        settings: &["detect.cycles.min_period", "detect.cycles.max_period", "detect.cycles.repetitions", "detect.cycles.occurrences"],
         check: Check::Loop(cycle::period),
     },
     Rule {
@@ -138,7 +138,7 @@ pub static RULES: &[Rule] = &[
         id: "repeat.tool_call",
         kinds: &[K::ExactRepeat, K::SemanticRepeat],
         statement: "a tool call and its result match earlier ones, near-consecutive, with no new work between",
-        settings: &["detect.similarity.tool_call", "detect.similarity.result", "detect.repeats.tool_call", "detect.repeats.max_between"],
+        settings: &["detect.similarity.tool_call", "detect.similarity.result", "detect.repeats.tool_call", "detect.repeats.max_between", "detect.repeats.new_work_breaks"],
         check: Check::Loop(repeat::tool_call),
     },
     Rule {
@@ -152,21 +152,21 @@ pub static RULES: &[Rule] = &[
         id: "response.repeat",
         kinds: &[K::ExactRepeat, K::SimilarResponse],
         statement: "a response says what the last responses said (by default each of the last three), with no new work between",
-        settings: &["detect.similarity.response", "detect.repeats.response", "detect.responses.window"],
+        settings: &["detect.similarity.response", "detect.repeats.response", "detect.responses.window", "detect.repeats.new_work_breaks"],
         check: Check::Loop(response::detect),
     },
     Rule {
         id: "negative.nothing_found_alike",
         kinds: &[K::ResultRepeat],
         statement: "calls in a row each find nothing and say so alike, apart from what they asked (another name, a rewording); not when each search widens the one before",
-        settings: &["detect.repeats.negative_result", "detect.repeats.nothing_found_alike"],
+        settings: &["detect.repeats.negative_result", "detect.repeats.nothing_found_alike", "detect.dead_ends.attempt_similarity"],
         check: Check::Loop(negative::nothing_found_alike_rule),
     },
     Rule {
         id: "negative.in_a_row",
         kinds: &[K::SameError, K::ResultRepeat],
         statement: "calls, however varied, keep ending in the same error or the same \"nothing found\" (unless each search widens the one before)",
-        settings: &["detect.similarity.result", "detect.repeats.negative_result", "detect.repeats.max_between"],
+        settings: &["detect.similarity.result", "detect.repeats.negative_result", "detect.repeats.max_between", "detect.repeats.new_work_breaks"],
         check: Check::Loop(negative::in_a_row),
     },
     Rule {
@@ -194,14 +194,14 @@ pub static RULES: &[Rule] = &[
         id: "dead_end.resent_in_a_row",
         kinds: &[K::SameError, K::ResultRepeat],
         statement: "attempts in a row all end in the same error (some in more besides), one of them re-sent after it was rejected",
-        settings: &["detect.dead_ends.occurrences"],
+        settings: &["detect.dead_ends.occurrences", "detect.window"],
         check: Check::Loop(dead_end::resent_in_a_row),
     },
     Rule {
         id: "dead_end.refused_as_written",
         kinds: &[K::SameError],
         statement: "calls in a row are refused as written (a syntax error, an unknown option) with the same refusal: none of them ran",
-        settings: &["detect.dead_ends.occurrences"],
+        settings: &["detect.dead_ends.occurrences", "detect.window"],
         check: Check::Loop(dead_end::refused_as_written),
     },
     Rule {
@@ -283,6 +283,19 @@ pub static RULES: &[Rule] = &[
     },
 ];
 
+/// The detection settings no one rule owns, each with what it does for all of them: the engine
+/// reads them before the table runs. Every other `[detect]` setting belongs to the rules that
+/// list it (a test holds loopguard.toml to that, so a new setting nobody declares fails it).
+pub static ENGINE_SETTINGS: &[(&str, &str)] = &[
+    ("detect.window", "how many entries a task keeps: the past every rule reads"),
+    ("detect.max_gap_secs", "an earlier event older than this never matches, for every rule that compares"),
+    ("detect.structural_match", "failures with the same exception, location and stack match nearer, before any rule reads the matches"),
+    ("detect.passive_tools", "calls that are thoughts, not work, for every rule"),
+    ("detect.external.types", "failures the environment causes, told apart when an event is read"),
+    ("detect.enabled.*", "the kinds of loop reported, whichever rule found one"),
+    ("detect.rules_off", "the rules skipped"),
+];
+
 /// The rule with this id.
 pub fn by_id(id: &str) -> Option<&'static Rule> {
     RULES.iter().find(|r| r.id == id)
@@ -331,12 +344,85 @@ pub fn markdown() -> String {
             settings.join(", ")
         ));
     }
+    out.push_str("\n| setting every rule shares | what it does |\n|---|---|\n");
+    for (key, what) in ENGINE_SETTINGS {
+        out.push_str(&format!("| `{key}` | {what} |\n"));
+    }
     out
 }
 
 #[cfg(test)]
 mod tests {
-    use super::RULES;
+    use super::{ENGINE_SETTINGS, RULES};
+
+    /// Every setting under `[detect]` in loopguard.toml, and every `judge.` setting a rule names,
+    /// as dotted keys.
+    fn reference_keys() -> Vec<String> {
+        fn walk(prefix: &str, v: &toml::Value, out: &mut Vec<String>) {
+            match v {
+                toml::Value::Table(t) => {
+                    for (k, v) in t {
+                        walk(&format!("{prefix}.{k}"), v, out);
+                    }
+                }
+                _ => out.push(prefix.to_string()),
+            }
+        }
+        let doc: toml::Value = toml::from_str(crate::config::REFERENCE_TOML).unwrap();
+        let mut keys = Vec::new();
+        for section in ["detect", "judge"] {
+            walk(section, &doc[section], &mut keys);
+        }
+        keys
+    }
+
+    fn covers(declared: &str, key: &str) -> bool {
+        match declared.strip_suffix(".*") {
+            Some(prefix) => key.starts_with(prefix) && key[prefix.len()..].starts_with('.'),
+            None => declared == key,
+        }
+    }
+
+    #[test]
+    fn every_declared_setting_exists_and_every_detection_setting_is_declared() {
+        let keys = reference_keys();
+        let declared: Vec<&str> = RULES
+            .iter()
+            .flat_map(|r| r.settings.iter().copied())
+            .chain(ENGINE_SETTINGS.iter().map(|(k, _)| *k))
+            .collect();
+        for d in &declared {
+            assert!(
+                keys.iter().any(|k| covers(d, k)),
+                "`{d}` is declared by the rule table but loopguard.toml has no such setting"
+            );
+        }
+        for k in keys.iter().filter(|k| k.starts_with("detect.")) {
+            assert!(
+                declared.iter().any(|d| covers(d, k)),
+                "`{k}` is in loopguard.toml but no rule declares it (src/detect/rules.rs: the \
+                 `settings` of the rules that read it, or ENGINE_SETTINGS when every rule does)"
+            );
+        }
+    }
+
+    #[test]
+    fn detection_md_lists_the_table_as_loopguard_rules_prints_it() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/DETECTION.md"))
+                .unwrap();
+        let begin = "<!-- rules-list:begin (`loopguard rules` prints this table) -->\n\n";
+        let start = doc.find(begin).expect("the rules-list markers") + begin.len();
+        let end = start
+            + doc[start..]
+                .find("\n<!-- rules-list:end")
+                .expect("its end marker");
+        assert_eq!(
+            doc[start..end].trim_end(),
+            super::markdown().trim_end(),
+            "docs/DETECTION.md's rule table is stale: paste `loopguard rules` between its markers"
+        );
+    }
 
     #[test]
     fn ids_are_unique_and_loops_come_before_questions() {
