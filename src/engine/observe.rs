@@ -287,8 +287,8 @@ fn counted_lines(
     ambient: &mut AmbientLines,
 ) -> Option<Box<crate::signature::NumberedLines>> {
     let numbered = crate::signature::NumberedLines::of(out);
-    for (template, line) in &numbered.lines {
-        ambient.note_counter(*template, *line, numbered.skel);
+    for (template, line, skel) in numbered.counter_candidates(out) {
+        ambient.note_counter(template, line, skel);
     }
     (!numbered.is_empty()).then(|| Box::new(numbered))
 }

@@ -192,6 +192,38 @@ pub struct NumberedLines {
     pub lines: Vec<(u32, u32)>,
 }
 
+/// A text with each amount masked as one `#`: digits with the separators between them (`1,024`,
+/// `0.50`) and a magnitude letter right after them (`4.2k`, `11k`, `3M`). A counter grows from
+/// `793` to `11k`: its line must keep one template while it does.
+fn amounts_masked(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if !c.is_ascii_digit() {
+            out.push(c);
+            continue;
+        }
+        out.push('#');
+        let mut rest = chars.clone();
+        loop {
+            match rest.next() {
+                Some(d) if d.is_ascii_digit() => chars = rest.clone(),
+                Some('.' | ',') if rest.peek().is_some_and(char::is_ascii_digit) => {
+                    chars = rest.clone()
+                }
+                Some('k' | 'K' | 'M' | 'B')
+                    if !rest.peek().is_some_and(|n| n.is_alphanumeric()) =>
+                {
+                    chars = rest;
+                    break;
+                }
+                _ => break,
+            }
+        }
+    }
+    out
+}
+
 impl NumberedLines {
     pub fn is_empty(&self) -> bool {
         self.skel == 0
@@ -207,7 +239,7 @@ impl NumberedLines {
                 return NumberedLines::default();
             }
             lines.push((
-                crate::signature::key64(&super::digits_masked(l)) as u32,
+                crate::signature::key64(&amounts_masked(l)) as u32,
                 crate::signature::key64(l) as u32,
             ));
         }
@@ -215,9 +247,41 @@ impl NumberedLines {
             return NumberedLines::default();
         }
         NumberedLines {
-            skel: crate::signature::key64(&super::digits_masked(output.trim())).max(1),
+            skel: crate::signature::key64(&amounts_masked(output.trim())).max(1),
             lines,
         }
+    }
+
+    /// The lines to note as possible counters of the task's environment: every numbered line
+    /// of an output kept, and of one with too many to keep, its first and last (where a tool
+    /// prints its running totals), each with the output's key (amounts masked).
+    pub fn counter_candidates(&self, output: &str) -> Vec<(u32, u32, u64)> {
+        if !self.is_empty() {
+            return self
+                .lines
+                .iter()
+                .map(|(t, l)| (*t, *l, self.skel))
+                .collect();
+        }
+        let numbered = || {
+            output
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.chars().any(|c| c.is_ascii_digit()))
+        };
+        let skel = crate::signature::key64(&amounts_masked(output.trim())).max(1);
+        let mut out: Vec<(u32, u32, u64)> = Vec::new();
+        for l in numbered().take(1).chain(numbered().next_back()) {
+            let candidate = (
+                crate::signature::key64(&amounts_masked(l)) as u32,
+                crate::signature::key64(l) as u32,
+                skel,
+            );
+            if !out.contains(&candidate) {
+                out.push(candidate);
+            }
+        }
+        out
     }
 
     /// Do the two outputs differ only in the numbers of counter lines (and in some of them)?
@@ -237,6 +301,19 @@ impl NumberedLines {
 #[cfg(test)]
 mod tests {
     use super::LineShape;
+
+    #[test]
+    fn an_amount_keeps_one_template_as_it_grows() {
+        let m = super::amounts_masked;
+        assert_eq!(
+            m("Tokens: 793 sent, 11k received. Cost: $0.16 message, $1,024.50 session."),
+            m("Tokens: 34k sent, 49 received. Cost: $0.10 message, $0.7 session.")
+        );
+        assert_eq!(m("Tokens: 4.2k sent"), "Tokens: # sent");
+        // A letter that starts a word is not a magnitude.
+        assert_eq!(m("3 Kb, 5 known, v1.2-rc"), "# Kb, # known, v#-rc");
+        assert_eq!(m("12kg at 3ms"), "#kg at #ms");
+    }
 
     fn view(lines: &[&str]) -> String {
         let body: Vec<String> = lines
