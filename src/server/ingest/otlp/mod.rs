@@ -28,9 +28,10 @@ mod proto;
 
 pub use json::{SPAN_KIND_NAMES, STATUS_CODE_NAMES};
 
-use super::error::{ApiError, ErrorBody};
-use super::integrations::{self, SpanLabels};
-use super::AppState;
+use super::integrations;
+use crate::server::http::error::{ApiError, ErrorBody};
+use crate::server::views::metrics::SpanLabels;
+use crate::server::AppState;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -534,7 +535,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<
     }
     let bytes: Bytes = axum::body::to_bytes(body, limit)
         .await
-        .map_err(|e| super::body::body_error(e, || too_large(limit)))?;
+        .map_err(|e| crate::server::http::body::body_error(e, || too_large(limit)))?;
     let unreadable = |e: std::io::Error| {
         ApiError::bad_request(
             "invalid_otlp",

@@ -1,6 +1,7 @@
 //! Request bodies: the media type, the size limit, UTF-8 and strict JSON, each refused with its
 //! own status and code before a handler sees the body.
 
+use super::conn::BodyTimeout;
 use super::error::ApiError;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -103,15 +104,23 @@ pub fn body_error(e: axum::Error, too_large: impl FnOnce() -> ApiError) -> ApiEr
 }
 
 /// The body timeout behind a body error, if that is what it was.
-fn timed_out<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a super::conn::BodyTimeout> {
+fn timed_out<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTimeout> {
     let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(e) = at {
-        if let Some(t) = e.downcast_ref::<super::conn::BodyTimeout>() {
+        if let Some(t) = e.downcast_ref::<BodyTimeout>() {
             return Some(t);
         }
         at = e.source();
     }
     None
+}
+
+/// A body deserialised into its request type, naming the path of the first problem.
+pub fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::bad_request("invalid_event", e.into_inner().to_string()).at(path)
+    })
 }
 
 #[cfg(test)]
