@@ -2,7 +2,7 @@
 //! the server's clock and evaluated.
 
 use super::validate::check;
-use crate::server::http::body::read_json;
+use crate::server::http::body::{read_json, Limit};
 use crate::server::http::error::{ApiError, ErrorBody};
 use crate::server::http::limits::Limits;
 use crate::server::http::time::clamp_to_now;
@@ -84,7 +84,7 @@ pub async fn evaluate(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let value = match read_json(&headers, body, state.cfg.server.max_body_bytes).await {
+    let value = match read_json(&headers, body, Limit::server(&state.cfg.server)).await {
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };

@@ -2,7 +2,7 @@
 //! calibration input.
 
 use super::validate::check;
-use crate::server::http::body::{read_json, typed};
+use crate::server::http::body::{read_json, typed, Limit};
 use crate::server::http::error::{ApiError, ErrorBody};
 use crate::server::http::limits::Limits;
 use crate::server::http::params::QueryParams;
@@ -50,7 +50,7 @@ pub async fn feedback(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<loopguard::feedback::FeedbackRecord>), ApiError> {
-    let value = read_json(&headers, body, state.cfg.server.max_body_bytes).await?;
+    let value = read_json(&headers, body, Limit::server(&state.cfg.server)).await?;
     check(
         &value,
         "FeedbackRequest",

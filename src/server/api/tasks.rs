@@ -1,7 +1,7 @@
 //! The task routes: a task's state, its audit trail, a reset, a deletion.
 
 use super::validate::check;
-use crate::server::http::body::{read_json, typed};
+use crate::server::http::body::{read_json, typed, Limit};
 use crate::server::http::error::{ApiError, ErrorBody};
 use crate::server::http::limits::Limits;
 use crate::server::http::params::{QueryParams, TaskId};
@@ -282,7 +282,7 @@ pub async fn reset_task(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<TaskView>, ApiError> {
-    let value = read_json(&headers, body, state.cfg.server.max_body_bytes).await?;
+    let value = read_json(&headers, body, Limit::server(&state.cfg.server)).await?;
     check(&value, "ResetRequest", "", &Limits::of(&state.cfg.server))?;
     let req: ResetRequest = typed(value)?;
     let reason = match req.reason {

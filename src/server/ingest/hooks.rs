@@ -20,7 +20,7 @@
 //! on `continue`, context on a warning, a block with the pivot directive, a stop at the gate.
 
 use super::integrations;
-use crate::server::http::body::{read_json, typed};
+use crate::server::http::body::{read_json, typed, Limit};
 use crate::server::http::error::{ApiError, ErrorBody};
 use crate::server::views::metrics::HookLabels;
 use crate::server::AppState;
@@ -765,7 +765,7 @@ async fn handle(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Json<HookAnswer>, ApiError> {
-    let value = read_json(headers, body, state.cfg.server.max_body_bytes).await?;
+    let value = read_json(headers, body, Limit::server(&state.cfg.server)).await?;
     let mut e = match agent {
         Agent::ClaudeCode => typed::<ClaudeCodeHook>(value)?.into_event(),
         Agent::GeminiCli => typed::<GeminiCliHook>(value)?.into_event(),
