@@ -9,34 +9,37 @@
 //!
 //! # Layout
 //!
-//! Four layers, each a folder; a layer uses only the layers listed before it (and the
-//! library), never one after it, and `http` uses none of the others.
+//! Layers, each a folder or a file; a layer uses only the layers listed before it (and the
+//! library), never one after it: tests/module_cycles.rs fails on an import cycle.
 //!
-//! - `http`: the plumbing. Connections and their timeouts (`conn`), bodies (`body`), the error
-//!   body and its middleware (`error`), path and query parameters (`params`), field length
-//!   limits (`limits`), time on the wire (`time`).
-//! - `views`: what people read. The dashboard page, the overview (`/v1/tasks`, `/v1/loops`,
-//!   `/v1/stats`) and its live figures, and the Prometheus metrics every layer counts into.
+//! - `http`: the plumbing, which uses none of the others. Connections and their timeouts
+//!   (`conn`), bodies (`body`), the error body and its middleware (`error`), path and query
+//!   parameters (`params`), field length limits (`limits`), time on the wire (`time`).
+//! - `metrics`: what every layer counts into: the Prometheus metrics and the last minute's
+//!   live figures.
+//! - `state`: what every handler sees ([`AppState`]), and the stores it is opened from.
+//! - `views`: what people read. The dashboard page and the overview (`/v1/tasks`, `/v1/loops`,
+//!   `/v1/stats`).
 //! - `ingest`: events from agents in their own formats. The coding-agent hooks, the OTLP
 //!   receiver (GenAI and OpenInference spans) and what they share (`integrations`).
 //! - `api`: loopguard's own API. Evaluation, tasks, loops, feedback, the operations probes, the
-//!   field limits of every body (`validate`) and the OpenAPI document (`openapi`).
-//!
-//! Above them: [`state`] (what every handler sees, and the stores it is opened from) and
-//! [`router`] (every route, from [`router::route_table`], behind authentication, the request
-//! timeout and request metrics).
+//!   field limits of every body (`validate`) and the OpenAPI document (`openapi`), which lists
+//!   every layer's routes.
+//! - `router`: every route ([`router::route_table`]) behind authentication, the request timeout
+//!   and request metrics.
 
 mod api;
 mod http;
 mod ingest;
+mod metrics;
 mod router;
 mod state;
 mod views;
 
 pub use api::openapi;
+pub use metrics::Metrics;
 pub use router::router;
 pub use state::AppState;
-pub use views::metrics::Metrics;
 
 use http::conn;
 use loopguard::Config;

@@ -1,10 +1,11 @@
 //! The router: every route of the API, the ingestion endpoints and the views, behind
 //! authentication, the request timeout, request metrics and one error body shape.
 
-use crate::server::api::{evaluate, feedback, loops, operations, tasks};
+use crate::server::api::{evaluate, feedback, loops, openapi, operations, tasks};
 use crate::server::http::error::{self, ApiError};
 use crate::server::ingest::{hooks, otlp};
-use crate::server::views::{dashboard, metrics, overview};
+use crate::server::metrics;
+use crate::server::views::{dashboard, overview};
 use crate::server::AppState;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
@@ -49,7 +50,7 @@ pub fn route_table() -> Vec<(&'static str, bool, MethodRouter<Arc<AppState>>)> {
         ("/metrics", true, get(operations::metrics)),
         ("/livez", false, get(operations::livez)),
         ("/readyz", false, get(operations::readyz)),
-        ("/openapi.json", false, get(operations::openapi)),
+        ("/openapi.json", false, get(openapi::serve)),
     ]
 }
 

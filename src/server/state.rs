@@ -1,7 +1,7 @@
 //! What every handler sees ([`AppState`]) and what it is built from: the store `server.store`
 //! names (opened, its log replayed), the model, the judge, the loop memory and the feedback.
 
-use crate::server::views::metrics::{batch_observer, Metrics};
+use crate::server::metrics::{batch_observer, Metrics};
 use loopguard::config::StoreKind;
 use loopguard::feedback::{FeedbackLimits, FeedbackStore};
 use loopguard::loop_memory::LoopMemory;

@@ -5,11 +5,22 @@
 
 use super::validate::FIELDS;
 use crate::server::http::limits::{Class, Limits};
+use crate::server::AppState;
+use axum::extract::State;
+use axum::Json;
 use loopguard::event::MAX_TASK_ID_CHARS;
 use loopguard::Config;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
+
+/// `GET /openapi.json`: this API's OpenAPI document, for the running configuration. Its handler
+/// lives here rather than beside the others: the document names their handlers, so serving it
+/// from their module would make the two import each other.
+pub async fn serve(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(document(&state.cfg))
+}
 
 #[derive(OpenApi)]
 #[openapi(

@@ -1,5 +1,5 @@
 //! What operators and orchestrators probe: liveness, readiness (and what answers while the
-//! store opens), the OpenAPI document, and the answer to an unknown route.
+//! store opens), the metrics, and the answer to an unknown route.
 
 use crate::server::http::error::{ApiError, ErrorBody};
 use crate::server::AppState;
@@ -119,11 +119,6 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     (headers, state.metrics.render())
-}
-
-/// `GET /openapi.json`: this API's OpenAPI document, generated from the code.
-pub async fn openapi(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    Json(super::openapi::document(&state.cfg))
 }
 
 /// Any unknown route.

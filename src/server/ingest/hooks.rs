@@ -22,7 +22,7 @@
 use super::integrations;
 use crate::server::http::body::{read_json, typed, Limit};
 use crate::server::http::error::{ApiError, ErrorBody};
-use crate::server::views::metrics::HookLabels;
+use crate::server::metrics::HookLabels;
 use crate::server::AppState;
 use axum::body::Body;
 use axum::extract::State;

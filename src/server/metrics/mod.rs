@@ -1,5 +1,9 @@
-//! Prometheus metrics. Labels are bounded: routes are templates, kinds and actions are enums,
-//! statuses are HTTP codes. Names follow `_total` / `_seconds`.
+//! What the service counts, which every layer counts into: the Prometheus metrics (`/metrics`)
+//! and the last minute's figures (`live`, for `/v1/stats`). Labels are bounded: routes are
+//! templates, kinds and actions are enums, statuses are HTTP codes. Names follow `_total` /
+//! `_seconds`.
+
+pub mod live;
 
 use crate::server::http::conn::{CloseLabels, ConnMetrics};
 use loopguard::audit::AuditMetrics;
@@ -74,7 +78,7 @@ pub struct Metrics {
     pub feedback: Family<FeedbackLabels, Counter>,
     pub similar_loops: Counter,
     /// The last minute and the totals as `GET /v1/stats` shows them.
-    pub live: super::live::Live,
+    pub live: live::Live,
     pub connections_open: Gauge,
     pub connections_closed: Family<CloseLabels, Counter>,
     /// Coding-agent hooks and OTLP spans (server/ingest/).
@@ -251,7 +255,7 @@ impl Metrics {
             judge_seconds,
             feedback,
             similar_loops,
-            live: super::live::Live::new(),
+            live: live::Live::new(),
         }
     }
 

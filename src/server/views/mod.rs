@@ -1,7 +1,5 @@
-//! What people read: the dashboard page, the overview routes (`/v1/tasks`, `/v1/loops`,
-//! `/v1/stats`) with their live figures, and the Prometheus metrics every layer counts into.
+//! What people read: the dashboard page and the overview routes behind it (`/v1/tasks`,
+//! `/v1/loops`, `/v1/stats`).
 
 pub mod dashboard;
-pub mod live;
-pub mod metrics;
 pub mod overview;

@@ -277,7 +277,7 @@ pub struct Stats {
     pub loop_memory_records: Option<usize>,
 }
 
-fn figures(secs: f64, f: &super::live::Figures) -> Figures {
+fn figures(secs: f64, f: &crate::server::metrics::live::Figures) -> Figures {
     let share = |n: u64| (f.events > 0).then(|| n as f64 / f.events as f64);
     let ms = |q: f64| f.latency.quantile(q).map(|s| s * 1e3);
     Figures {

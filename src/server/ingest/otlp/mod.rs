@@ -31,7 +31,7 @@ pub use json::{SPAN_KIND_NAMES, STATUS_CODE_NAMES};
 use super::integrations;
 use crate::server::http::body::{read_encoded, Limit};
 use crate::server::http::error::{ApiError, ErrorBody};
-use crate::server::views::metrics::SpanLabels;
+use crate::server::metrics::SpanLabels;
 use crate::server::AppState;
 use axum::body::Body;
 use axum::extract::State;
