@@ -3,7 +3,7 @@
 //! references) through the HTTP hook and through `loopguard hook` as a command hook, and the
 //! command hook failing open when the service is down. The OpenTelemetry SDK exporting to
 //! `/v1/traces` is tests/otel/ (Python, run by .ci/integrations.sh); `/v1/traces` itself is also
-//! tested through the router in src/server/otlp/tests.rs.
+//! tested through the router in src/server/ingest/otlp/tests.rs.
 
 mod common;
 

@@ -492,7 +492,7 @@ pub fn courtesy_candidate<'e>(
         EntryBody::Response { sig, .. } => &sig.text,
         _ => return None,
     };
-    (crate::engine::observe::message_words(text) <= COURTESY_MAX_WORDS).then_some(text.as_str())
+    (crate::signature::message_words(text) <= COURTESY_MAX_WORDS).then_some(text.as_str())
 }
 
 /// Rule `collaboration.courtesies`: agents trading courtesies turn after turn — "Great, let me

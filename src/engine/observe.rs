@@ -8,6 +8,7 @@ use crate::detect::content::{self, ContentRepeat};
 use crate::detect::matching::Part;
 use crate::event::{Envelope, Event};
 use crate::signature::artifact::{self, Artifact};
+use crate::signature::message_words;
 use crate::signature::{
     args_text, canonical_json, classify, echo_key, head_tail, is_negative_result,
     is_trivial_result, key64, measured_numbers, normalize, numbers, outcome_in_task, output_text,
@@ -18,8 +19,6 @@ use crate::state::{
     METRICS_FROM_PROGRESS,
 };
 use crate::verdict::SignatureView;
-use regex::Regex;
-use std::sync::LazyLock;
 
 /// Resource ids kept per tool call (the first ones, sorted): a call that names more is
 /// compared on these.
@@ -155,29 +154,6 @@ pub fn collaboration_text(request: &str, max_chars: usize) -> (TextSig, Vec<Arti
     ids.truncate(MAX_IDS);
     sig.ids = ids;
     (sig, split.artifacts)
-}
-
-/// Words of a (normalised) message, markup tags (`<info>`) aside; each character of a script
-/// written without spaces (Chinese, Japanese) counts as one.
-pub fn message_words(text: &str) -> usize {
-    static TAG: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"<[A-Za-z/][^<>]{0,30}>").expect("compiles"));
-    let text = TAG.replace_all(text, " ");
-    let mut words = 0;
-    let mut in_word = false;
-    for c in text.chars() {
-        let unspaced = matches!(c as u32, 0x3040..=0x30ff | 0x3400..=0x4dbf | 0x4e00..=0x9fff | 0xac00..=0xd7af);
-        if unspaced {
-            words += 1;
-            in_word = false;
-        } else if c.is_alphanumeric() {
-            words += usize::from(!in_word);
-            in_word = true;
-        } else {
-            in_word = false;
-        }
-    }
-    words
 }
 
 /// The answer of a message that is a confirmation prompt answered ("Continue? [Y/n] y", "Add

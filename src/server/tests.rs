@@ -1,12 +1,18 @@
 //! Handler tests through `router().oneshot(request)`, on the real model with in-memory state.
 //! The end-to-end tests against a running process are in tests/server.rs and tests/crash.rs.
 
+use super::router::constant_time_eq;
+use super::state::Parts;
 use super::tests_contract::send_typed;
 use super::*;
 use axum::body::Body;
 use axum::http::Request;
+use axum::http::StatusCode;
+use axum::Router;
 use loopguard::embed::{EmbedBackend, EmbedError, EmbedderOptions, StubBackend};
+use loopguard::{Config, Embedder};
 use serde_json::{json, Value};
+use std::sync::Arc;
 use tower::ServiceExt;
 
 pub(super) fn model() -> Embedder {

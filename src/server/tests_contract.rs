@@ -2,11 +2,16 @@
 //! parameter refused by name, routing and protocol errors in one shape, bodies by content type,
 //! the clock, and every route in the OpenAPI document with its own metrics label.
 
+use super::router::route_label;
 use super::tests::{answer, app, as_value, failure, model, post, send, state_with};
 use super::*;
 use axum::body::Body;
 use axum::http::Request;
+use axum::http::StatusCode;
+use axum::Router;
+use loopguard::Config;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// A request with a given content type (or none).
 pub(super) async fn send_typed(
@@ -118,7 +123,8 @@ fn set_at(body: &mut Value, at: &str, field: &str, value: Value) {
 
 #[tokio::test]
 async fn every_bounded_field_is_413_naming_its_path_and_its_limit_fits() {
-    use super::validate::{Class, Limits, FIELDS};
+    use super::api::validate::FIELDS;
+    use super::http::limits::{Class, Limits};
     let app = app();
     let limits = Limits::of(&Config::default().server);
     // Two bytes per character: the limits count characters.
@@ -531,7 +537,7 @@ async fn every_route_and_method_is_in_the_openapi_document() {
     let app = app();
     // Not an API operation: the document itself.
     const UNDOCUMENTED: [&str; 1] = ["/openapi.json"];
-    for (path, _, _) in super::route_table() {
+    for (path, _, _) in super::router::route_table() {
         if UNDOCUMENTED.contains(&path) {
             continue;
         }
@@ -552,11 +558,11 @@ async fn every_route_and_method_is_in_the_openapi_document() {
 
 #[test]
 fn every_route_has_its_own_metrics_label() {
-    for (path, _, _) in super::route_table() {
-        assert_eq!(super::route_label(Some(path)), path);
+    for (path, _, _) in super::router::route_table() {
+        assert_eq!(route_label(Some(path)), path);
     }
-    assert_eq!(super::route_label(Some("/dashboard/app.js")), "dashboard");
-    assert_eq!(super::route_label(Some("/v2/nothing")), "other");
+    assert_eq!(route_label(Some("/dashboard/app.js")), "dashboard");
+    assert_eq!(route_label(Some("/v2/nothing")), "other");
 }
 
 /// The OpenAPI document's task id pattern says what the server checks: the same ids match it

@@ -6,7 +6,11 @@ use super::tests::{app, failure, model, post, send, state_with};
 use super::*;
 use axum::body::Body;
 use axum::http::Request;
+use axum::http::StatusCode;
+use axum::Router;
+use loopguard::Config;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use tower::ServiceExt;
 
 fn at(task: &str, ts: &str, event: Value) -> Value {

@@ -5,6 +5,29 @@ use regex::Regex;
 use sha2::{Digest, Sha256};
 use std::sync::LazyLock;
 
+/// Words of a (normalised) message, markup tags (`<info>`) aside; each character of a script
+/// written without spaces (Chinese, Japanese) counts as one.
+pub fn message_words(text: &str) -> usize {
+    static TAG: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"<[A-Za-z/][^<>]{0,30}>").expect("compiles"));
+    let text = TAG.replace_all(text, " ");
+    let mut words = 0;
+    let mut in_word = false;
+    for c in text.chars() {
+        let unspaced = matches!(c as u32, 0x3040..=0x30ff | 0x3400..=0x4dbf | 0x4e00..=0x9fff | 0xac00..=0xd7af);
+        if unspaced {
+            words += 1;
+            in_word = false;
+        } else if c.is_alphanumeric() {
+            words += usize::from(!in_word);
+            in_word = true;
+        } else {
+            in_word = false;
+        }
+    }
+    words
+}
+
 /// SHA-256 of a text, hex encoded.
 /// The text with every run of digits masked as one `#`: the same text at another line range,
 /// line number or count.

@@ -1,6 +1,11 @@
-//! Prometheus metrics. Labels are bounded: routes are templates, kinds and actions are enums,
-//! statuses are HTTP codes. Names follow `_total` / `_seconds`.
+//! What the service counts, which every layer counts into: the Prometheus metrics (`/metrics`)
+//! and the last minute's figures (`live`, for `/v1/stats`). Labels are bounded: routes are
+//! templates, kinds and actions are enums, statuses are HTTP codes. Names follow `_total` /
+//! `_seconds`.
 
+pub mod live;
+
+use crate::server::http::conn::{CloseLabels, ConnMetrics};
 use loopguard::audit::AuditMetrics;
 use loopguard::engine::Evaluation;
 use loopguard::judge::JudgeStatus;
@@ -73,18 +78,11 @@ pub struct Metrics {
     pub feedback: Family<FeedbackLabels, Counter>,
     pub similar_loops: Counter,
     /// The last minute and the totals as `GET /v1/stats` shows them.
-    pub live: super::live::Live,
+    pub live: live::Live,
     pub connections_open: Gauge,
     pub connections_closed: Family<CloseLabels, Counter>,
-    /// Coding-agent hooks and OTLP spans (server/integrations.rs).
-    pub integrations: super::integrations::IntegrationMetrics,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CloseLabels {
-    /// `idle_timeout`, `header_timeout`, `body_timeout` or `evicted` (closed to make room at
-    /// the cap).
-    pub reason: &'static str,
+    /// Coding-agent hooks and OTLP spans (server/ingest/).
+    pub integrations: IntegrationMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -232,7 +230,7 @@ impl Metrics {
             "Connections the server closed: idle, headers or body too slow, or evicted at the connection cap",
             connections_closed.clone(),
         );
-        let integrations = super::integrations::IntegrationMetrics::register(&mut registry);
+        let integrations = IntegrationMetrics::register(&mut registry);
         Metrics {
             integrations,
             registry,
@@ -257,8 +255,16 @@ impl Metrics {
             judge_seconds,
             feedback,
             similar_loops,
-            live: super::live::Live::new(),
+            live: live::Live::new(),
         }
+    }
+
+    /// The connection counters, for the connection layer.
+    pub fn connections(&self) -> ConnMetrics {
+        ConnMetrics::new(
+            self.connections_open.clone(),
+            self.connections_closed.clone(),
+        )
     }
 
     /// Metrics read from the embedder, the engine and its judge at scrape time.
@@ -521,5 +527,49 @@ impl Collector for LiveStats {
             cached.metric_type(),
         )?)?;
         Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HookLabels {
+    /// `claude_code` or `gemini_cli`.
+    pub agent: &'static str,
+    /// `before_tool`, `after_tool`, `tool_failed`, `reply`, `prompt`, `api_error`, `other`.
+    pub point: &'static str,
+    /// `continue`, `context`, `block`, `stop`, `resumed`, `ignored`.
+    pub answer: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpanLabels {
+    /// `tool_call`, `response`, `failure` (became an event), `ignored` (not a GenAI span
+    /// loopguard evaluates, or one without content) or `rejected` (its event failed).
+    pub outcome: &'static str,
+}
+
+/// Counters of the hooks and the OTLP receiver.
+pub struct IntegrationMetrics {
+    pub hook_events: Family<HookLabels, Counter>,
+    pub otlp_spans: Family<SpanLabels, Counter>,
+}
+
+impl IntegrationMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let hook_events = Family::<HookLabels, Counter>::default();
+        registry.register(
+            "hook_events",
+            "Coding-agent hook events, by agent, hook point and the answer given",
+            hook_events.clone(),
+        );
+        let otlp_spans = Family::<SpanLabels, Counter>::default();
+        registry.register(
+            "otlp_spans",
+            "Spans received on /v1/traces, by what became of them",
+            otlp_spans.clone(),
+        );
+        IntegrationMetrics {
+            hook_events,
+            otlp_spans,
+        }
     }
 }

@@ -3,14 +3,12 @@
 //! refused, not clamped: a client asking for `limit=0` has a bug worth hearing about.
 
 use super::error::ApiError;
-use super::validate::{check_param, Class, Limits};
-use super::AppState;
+use super::limits::check_id;
 use axum::extract::{FromRequestParts, Path, RawQuery};
 use axum::http::request::Parts;
 use loopguard::event::MAX_TASK_ID_CHARS;
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::Arc;
 
 fn invalid(name: &str, message: impl Into<String>) -> ApiError {
     ApiError::bad_request("invalid_parameter", message).at(name)
@@ -20,13 +18,10 @@ fn invalid(name: &str, message: impl Into<String>) -> ApiError {
 /// like the `task_id` of an event, and kept in NFC as it is.
 pub struct TaskId(pub String);
 
-impl FromRequestParts<Arc<AppState>> for TaskId {
+impl<S: Send + Sync> FromRequestParts<S> for TaskId {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &Arc<AppState>,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         // A `%` not followed by two hex digits is passed through as it is by the decoding
         // below: `/v1/tasks/%ZZ` would be looked up as the task `%ZZ`. It is malformed. The
         // check reads the path as sent — axum's parameters are already decoded, and a task id
@@ -49,7 +44,7 @@ impl FromRequestParts<Arc<AppState>> for TaskId {
         let Path(id) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|e| invalid("task_id", e.body_text()))?;
-        check_param("task_id", &id, Class::Id, &Limits::of(&state.cfg.server))?;
+        check_id("task_id", &id)?;
         if let Some(why) = loopguard::event::task_id_problem(&id) {
             return Err(invalid(
                 "task_id",
@@ -66,13 +61,10 @@ impl FromRequestParts<Arc<AppState>> for TaskId {
 /// guess.
 pub struct QueryParams(HashMap<String, String>);
 
-impl FromRequestParts<Arc<AppState>> for QueryParams {
+impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &Arc<AppState>,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let RawQuery(raw) = RawQuery::from_request_parts(parts, state)
             .await
             .unwrap_or(RawQuery(None));

@@ -15,7 +15,8 @@ use serde_json::json;
 /// One run of examples/openai_agents' stuck agent, as the OTLP/HTTP exporter posted it: the
 /// scripted model re-runs the failing test in four wordings (each `bash` call fails), in the
 /// OpenInference session `wordcount-session-1`, until the SDK stops it at `max_turns = 4`.
-const FIXTURE: &[u8] = include_bytes!("../../../../tests/fixtures/openinference/openai_agents.pb");
+const FIXTURE: &[u8] =
+    include_bytes!("../../../../../tests/fixtures/openinference/openai_agents.pb");
 const SESSION: &str = "wordcount-session-1";
 const COMMANDS: [&str; 4] = [
     "python3 test_textstats.py",

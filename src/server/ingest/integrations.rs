@@ -6,16 +6,13 @@
 //! agent did nothing wrong by sending it, and the engine compares only the head and tail of a
 //! long text anyway (`model.max_text_chars`), so the text is cut to the limit, head and tail kept.
 
-use super::error::ApiError;
-use super::validate::{Class, Limits};
-use super::AppState;
+use crate::server::http::error::ApiError;
+use crate::server::http::limits::{Class, Limits};
+use crate::server::http::time::clamp_to_now;
+use crate::server::AppState;
 use loopguard::event::{Envelope, Event};
 use loopguard::signature::head_tail;
 use loopguard::verdict::Verdict;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
 use serde_json::Value;
 
 /// `text`, at most `max` characters: the head and the tail of a longer one.
@@ -85,56 +82,10 @@ pub async fn evaluate(state: &AppState, env: Envelope) -> Result<Verdict, ApiErr
     let s = &state.cfg.server;
     let mut env = fit(env, &Limits::of(s));
     // As for /v1/evaluate: the client's time is only recorded, kept near the server's.
-    env.ts = env
-        .ts
-        .map(|t| super::routes::clamp_to_now(t, s.max_clock_skew_secs));
+    env.ts = env.ts.map(|t| clamp_to_now(t, s.max_clock_skew_secs));
     let eval = state.engine.evaluate_timed(env).await?;
     state.metrics.evaluation(&eval);
     Ok(eval.verdict)
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HookLabels {
-    /// `claude_code` or `gemini_cli`.
-    pub agent: &'static str,
-    /// `before_tool`, `after_tool`, `tool_failed`, `reply`, `prompt`, `api_error`, `other`.
-    pub point: &'static str,
-    /// `continue`, `context`, `block`, `stop`, `resumed`, `ignored`.
-    pub answer: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SpanLabels {
-    /// `tool_call`, `response`, `failure` (became an event), `ignored` (not a GenAI span
-    /// loopguard evaluates, or one without content) or `rejected` (its event failed).
-    pub outcome: &'static str,
-}
-
-/// Counters of the hooks and the OTLP receiver.
-pub struct IntegrationMetrics {
-    pub hook_events: Family<HookLabels, Counter>,
-    pub otlp_spans: Family<SpanLabels, Counter>,
-}
-
-impl IntegrationMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
-        let hook_events = Family::<HookLabels, Counter>::default();
-        registry.register(
-            "hook_events",
-            "Coding-agent hook events, by agent, hook point and the answer given",
-            hook_events.clone(),
-        );
-        let otlp_spans = Family::<SpanLabels, Counter>::default();
-        registry.register(
-            "otlp_spans",
-            "Spans received on /v1/traces, by what became of them",
-            otlp_spans.clone(),
-        );
-        IntegrationMetrics {
-            hook_events,
-            otlp_spans,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -2,9 +2,10 @@
 //! updated tasks (`GET /v1/tasks`), the loops remembered last with how they were resolved
 //! (`GET /v1/loops`) and live figures (`GET /v1/stats`). Every listing is bounded by `limit`.
 
-use super::error::{ApiError, ErrorBody};
-use super::routes::rfc3339;
-use super::AppState;
+use crate::server::http::error::{ApiError, ErrorBody};
+use crate::server::http::params::QueryParams;
+use crate::server::http::time::rfc3339;
+use crate::server::AppState;
 use axum::extract::{RawQuery, State};
 use axum::Json;
 use loopguard::state::TaskState;
@@ -23,7 +24,7 @@ const LOOPS_MAX: usize = 500;
 /// refused (which one counts would be a guess). Other parameters are ignored (a cache-busting
 /// `_=…` is harmless).
 pub fn limit_param(query: Option<&str>, default: usize, max: usize) -> Result<usize, ApiError> {
-    let q = super::params::QueryParams::parse(query.unwrap_or(""))?;
+    let q = QueryParams::parse(query.unwrap_or(""))?;
     Ok(q.number::<usize>("limit", 1, max)?.unwrap_or(default))
 }
 
@@ -276,7 +277,7 @@ pub struct Stats {
     pub loop_memory_records: Option<usize>,
 }
 
-fn figures(secs: f64, f: &super::live::Figures) -> Figures {
+fn figures(secs: f64, f: &crate::server::metrics::live::Figures) -> Figures {
     let share = |n: u64| (f.events > 0).then(|| n as f64 / f.events as f64);
     let ms = |q: f64| f.latency.quantile(q).map(|s| s * 1e3);
     Figures {

@@ -1,7 +1,9 @@
 //! Errors as the API shows them: a stable `code`, a message that says what is wrong, and the JSON
 //! path at fault. Every engine error maps to exactly one status here, without a wildcard arm.
 
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use loopguard::embed::EmbedError;
 use loopguard::engine::EngineError;
@@ -214,4 +216,65 @@ impl IntoResponse for ApiError {
         }
         resp
     }
+}
+
+/// Whatever answers a 4xx or 5xx without our JSON body (axum's 405 with its `Allow` header, a
+/// rejection nobody foresaw) gets one: `{code, message, path}`, the original text as message.
+pub async fn json_errors(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = match status {
+        StatusCode::METHOD_NOT_ALLOWED => format!(
+            "this route does not answer {method}; it answers {}",
+            parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("other methods")
+        ),
+        _ if !text.is_empty() => text.chars().take(1000).collect(),
+        _ => status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_string(),
+    };
+    let body = serde_json::to_vec(&ErrorBody {
+        code: code_for_status(status),
+        message,
+        path: None,
+    })
+    .expect("an error body serialises");
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(body))
+}
+
+pub fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "internal error; the event may not have been applied",
+    )
+    .into_response()
 }

@@ -3,25 +3,10 @@
 //! field. [`FIELDS`] is the one list of bounded fields: the checks here and the `maxLength`s in
 //! the OpenAPI document both come from it, so they cannot disagree.
 
-use super::error::ApiError;
+use crate::server::http::error::ApiError;
+use crate::server::http::limits::{Class, Limits};
 use axum::http::StatusCode;
-use loopguard::config::ServerConfig;
-use loopguard::event::MAX_TASK_ID_CHARS;
 use serde_json::Value;
-
-/// How a field is bounded. Lengths count characters (Unicode scalar values), as JSON Schema's
-/// `maxLength` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
-    /// A task id: 1..256 characters, no control characters (the brief's contract).
-    Id,
-    /// A name: tool, agent, step, transition state, error type, location, who (`server.max_name_chars`).
-    Name,
-    /// Free text: messages, responses, requests, notes, the goal (`server.max_text_chars`).
-    Text,
-    /// Any JSON (tool args and output), measured as its JSON text (`server.max_text_chars`).
-    Json,
-}
 
 /// Every bounded field of every request body: (schema, field, class). Nested objects are
 /// reached through [`children`]; an event is checked as the schema of its `type`.
@@ -82,40 +67,6 @@ fn children(
             .unwrap_or_default(),
         "ToolCall" => vec![("result", "ToolResult")],
         _ => Vec::new(),
-    }
-}
-
-/// The configured limits.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub name: usize,
-    pub text: usize,
-    pub depth: usize,
-}
-
-impl Limits {
-    pub fn of(s: &ServerConfig) -> Limits {
-        Limits {
-            name: s.max_name_chars,
-            text: s.max_text_chars,
-            depth: s.max_json_depth,
-        }
-    }
-
-    pub fn max(&self, class: Class) -> usize {
-        match class {
-            Class::Id => MAX_TASK_ID_CHARS,
-            Class::Name => self.name,
-            Class::Text | Class::Json => self.text,
-        }
-    }
-
-    fn key(class: Class) -> &'static str {
-        match class {
-            Class::Id => "task ids are 1..256 characters",
-            Class::Name => "server.max_name_chars",
-            Class::Text | Class::Json => "server.max_text_chars",
-        }
     }
 }
 
@@ -257,24 +208,6 @@ fn check_fields(v: &Value, schema: &str, at: &str, limits: &Limits) -> Result<()
             None | Some(Value::Null) => {}
             Some(value) => check_fields(value, child, &under(at, field), limits)?,
         }
-    }
-    Ok(())
-}
-
-/// A string parameter (path or query) within its class's limit.
-pub fn check_param(name: &str, value: &str, class: Class, limits: &Limits) -> Result<(), ApiError> {
-    let n = value.chars().count();
-    let max = limits.max(class);
-    if n > max {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "field_too_large",
-            format!(
-                "is {n} characters; the limit is {max} ({})",
-                Limits::key(class)
-            ),
-        )
-        .at(name));
     }
     Ok(())
 }

@@ -19,11 +19,11 @@
 //! Answers follow the verdict's action ([`answer`]; docs/INTEGRATIONS.md has the table): nothing
 //! on `continue`, context on a warning, a block with the pivot directive, a stop at the gate.
 
-use super::body::read_json;
-use super::error::{ApiError, ErrorBody};
-use super::integrations::{self, HookLabels};
-use super::routes::typed;
-use super::AppState;
+use super::integrations;
+use crate::server::http::body::{read_json, typed, Limit};
+use crate::server::http::error::{ApiError, ErrorBody};
+use crate::server::metrics::HookLabels;
+use crate::server::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -765,7 +765,7 @@ async fn handle(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Json<HookAnswer>, ApiError> {
-    let value = read_json(headers, body, state.cfg.server.max_body_bytes).await?;
+    let value = read_json(headers, body, Limit::server(&state.cfg.server)).await?;
     let mut e = match agent {
         Agent::ClaudeCode => typed::<ClaudeCodeHook>(value)?.into_event(),
         Agent::GeminiCli => typed::<GeminiCliHook>(value)?.into_event(),
@@ -827,5 +827,4 @@ pub async fn gemini_cli(
 }
 
 #[cfg(test)]
-#[path = "tests_hooks.rs"]
 mod tests;

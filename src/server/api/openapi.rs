@@ -3,12 +3,24 @@
 //! docs/openapi.json; a test fails when it drifts, and CI fuzzes the served document against the
 //! service with schemathesis (.ci/schemathesis.sh).
 
-use super::validate::{Class, Limits, FIELDS};
+use super::validate::FIELDS;
+use crate::server::http::limits::{Class, Limits};
+use crate::server::AppState;
+use axum::extract::State;
+use axum::Json;
 use loopguard::event::MAX_TASK_ID_CHARS;
 use loopguard::Config;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
+
+/// `GET /openapi.json`: this API's OpenAPI document, for the running configuration. Its handler
+/// lives here rather than beside the others: the document names their handlers, so serving it
+/// from their module would make the two import each other.
+pub async fn serve(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(document(&state.cfg))
+}
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,27 +30,27 @@ use utoipa::{Modify, OpenApi};
         license(name = "Apache-2.0")
     ),
     paths(
-        super::routes::evaluate,
-        super::overview::list_tasks,
-        super::routes::get_task,
-        super::routes::get_history,
-        super::routes::reset_task,
-        super::routes::delete_task,
-        super::overview::recent_loops,
-        super::routes::similar_loops,
-        super::routes::feedback,
-        super::routes::export_feedback,
-        super::routes::livez,
-        super::routes::readyz,
-        super::routes::metrics,
-        super::overview::stats,
-        super::hooks::claude_code,
-        super::hooks::gemini_cli,
-        super::otlp::traces,
+        super::evaluate::evaluate,
+        crate::server::views::overview::list_tasks,
+        super::tasks::get_task,
+        super::tasks::get_history,
+        super::tasks::reset_task,
+        super::tasks::delete_task,
+        crate::server::views::overview::recent_loops,
+        super::loops::similar_loops,
+        super::feedback::feedback,
+        super::feedback::export_feedback,
+        super::operations::livez,
+        super::operations::readyz,
+        super::operations::metrics,
+        crate::server::views::overview::stats,
+        crate::server::ingest::hooks::claude_code,
+        crate::server::ingest::hooks::gemini_cli,
+        crate::server::ingest::otlp::traces,
     ),
     components(schemas(
-        super::routes::BatchItem,
-        super::routes::ExportFormat,
+        super::evaluate::BatchItem,
+        super::feedback::ExportFormat,
         loopguard::event::Event,
     )),
     modifiers(&BearerAuth),
@@ -202,7 +214,7 @@ pub fn document(cfg: &Config) -> Value {
         let response = &mut schemas[hook]["properties"]["tool_response"];
         *response = json!({"description": response["description"].clone()});
     }
-    if let Value::Object(otlp) = super::otlp::json_schemas() {
+    if let Value::Object(otlp) = crate::server::ingest::otlp::json_schemas() {
         schemas.extend(otlp);
     }
     for schema in schemas.values_mut() {

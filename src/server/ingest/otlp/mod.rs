@@ -28,17 +28,18 @@ mod proto;
 
 pub use json::{SPAN_KIND_NAMES, STATUS_CODE_NAMES};
 
-use super::error::{ApiError, ErrorBody};
-use super::integrations::{self, SpanLabels};
-use super::AppState;
-use axum::body::{Body, Bytes};
+use super::integrations;
+use crate::server::http::body::{read_encoded, Limit};
+use crate::server::http::error::{ApiError, ErrorBody};
+use crate::server::metrics::SpanLabels;
+use crate::server::AppState;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use loopguard::event::{Envelope, Event, Failure, InputError, ToolCall, ToolResult};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::sync::Arc;
 
 /// An attribute value (`AnyValue`).
@@ -504,80 +505,6 @@ fn media(headers: &HeaderMap) -> Result<Encoding, ApiError> {
     }
 }
 
-fn too_large(limit: usize) -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
-        format!("the request body exceeds {limit} bytes (otlp.max_body_bytes)"),
-    )
-}
-
-/// The body, inflated when it is gzip or deflate, at most `limit` bytes either way.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
-    let encoding = headers
-        .get(header::CONTENT_ENCODING)
-        .map(|v| {
-            String::from_utf8_lossy(v.as_bytes())
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_default();
-    if !matches!(
-        encoding.as_str(),
-        "" | "identity" | "gzip" | "x-gzip" | "deflate"
-    ) {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            format!("Content-Encoding `{encoding}` is not supported; send gzip, deflate or none"),
-        ));
-    }
-    let bytes: Bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|e| super::body::body_error(e, || too_large(limit)))?;
-    let unreadable = |e: std::io::Error| {
-        ApiError::bad_request(
-            "invalid_otlp",
-            format!("the {encoding} body cannot be read: {e}"),
-        )
-    };
-    let mut out = Vec::new();
-    // One byte past the limit tells a body that is too large from one that fits exactly.
-    let cap = limit as u64 + 1;
-    match encoding.as_str() {
-        // Every member, as the Collector (Go's gzip reader) reads them: a body of several
-        // members is their concatenation, and bytes after the last that are not a member are
-        // an error, not ignored.
-        "gzip" | "x-gzip" => {
-            flate2::bufread::MultiGzDecoder::new(&bytes[..])
-                .take(cap)
-                .read_to_end(&mut out)
-                .map_err(unreadable)?;
-        }
-        // HTTP's `deflate` is the zlib format (RFC 9110 §8.4.1.2), as exporters send it; one
-        // stream, and nothing after it.
-        "deflate" => {
-            let mut z = flate2::bufread::ZlibDecoder::new(&bytes[..]);
-            (&mut z)
-                .take(cap)
-                .read_to_end(&mut out)
-                .map_err(unreadable)?;
-            let after = z.get_ref().len();
-            if out.len() as u64 <= limit as u64 && after > 0 {
-                return Err(ApiError::bad_request(
-                    "invalid_otlp",
-                    format!("{after} bytes after the end of the deflate stream"),
-                ));
-            }
-        }
-        _ => return Ok(bytes.to_vec()),
-    }
-    if out.len() > limit {
-        return Err(too_large(limit));
-    }
-    Ok(out)
-}
-
 /// The request decoded, and what is left of each limit.
 fn decode(
     encoding: Encoding,
@@ -671,7 +598,11 @@ fn answer(encoding: Encoding, rejected: u64, message: String) -> Response {
 
 async fn ingest(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     let encoding = media(headers)?;
-    let bytes = read_body(headers, body, state.cfg.otlp.max_body_bytes).await?;
+    let limit = Limit {
+        bytes: state.cfg.otlp.max_body_bytes,
+        setting: "otlp.max_body_bytes",
+    };
+    let bytes = read_encoded(headers, body, limit, "invalid_otlp").await?;
     let limits = limits(&state.cfg.otlp);
     let (batch, left) = decode(encoding, &bytes, &limits)?;
     drop(bytes);

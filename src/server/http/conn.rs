@@ -25,7 +25,6 @@
 //! body, so every 4xx carries `{code, message, path}` even when no handler ever ran.
 
 use super::error::ErrorBody;
-use super::metrics::{CloseLabels, Metrics};
 use axum::Router;
 use hyper::body::{Body as _, Bytes, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
@@ -228,7 +227,16 @@ impl Routes {
     }
 }
 
-/// The connection counters of [`Metrics`], available before the rest of the service is.
+/// Why the server closed a connection: the label of `loopguard_http_connections_closed_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct CloseLabels {
+    /// `idle_timeout`, `header_timeout`, `body_timeout` or `evicted` (closed to make room at
+    /// the cap).
+    pub reason: &'static str,
+}
+
+/// The connection counters (registered with the service's metrics), available before the rest
+/// of the service is.
 #[derive(Clone)]
 pub struct ConnMetrics {
     open: prometheus_client::metrics::gauge::Gauge,
@@ -239,11 +247,14 @@ pub struct ConnMetrics {
 }
 
 impl ConnMetrics {
-    pub fn of(m: &Metrics) -> ConnMetrics {
-        ConnMetrics {
-            open: m.connections_open.clone(),
-            closed: m.connections_closed.clone(),
-        }
+    pub fn new(
+        open: prometheus_client::metrics::gauge::Gauge,
+        closed: prometheus_client::metrics::family::Family<
+            CloseLabels,
+            prometheus_client::metrics::counter::Counter,
+        >,
+    ) -> ConnMetrics {
+        ConnMetrics { open, closed }
     }
 
     fn closed(&self, reason: &'static str) {

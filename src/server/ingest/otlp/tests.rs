@@ -530,6 +530,83 @@ async fn both_spellings_of_a_field_and_data_after_the_compressed_body_are_refuse
 }
 
 /// The event a span becomes, with no bound on the JSON read from its attributes.
+/// A real client trickling an OTLP body, a byte every 20 ms (so the connection is never idle),
+/// past a 300 ms body timeout: answered 408 `body_timeout` like every route, plain or gzip, and
+/// the connection closed; long before the body would have arrived whole.
+#[tokio::test]
+async fn a_body_trickling_past_the_body_timeout_is_answered_408() {
+    use crate::server::http::conn::{self, ConnLimits};
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut cfg = Config::default();
+    cfg.server.body_read_timeout_ms = 300;
+    let limits = ConnLimits::of(&cfg.server);
+    let state = state_with(cfg, model());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let routes = conn::Routes {
+        ready: Arc::new(OnceLock::from(router(Arc::clone(&state)))),
+        starting: axum::Router::new(),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(conn::serve(
+        listener,
+        routes,
+        limits,
+        state.metrics.connections(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let json = json_request(vec![json_tool_span(TRACE_A, 0, STUCK[0])]);
+    let step = Duration::from_millis(20);
+    for (encoding, body) in [(None, json.clone()), (Some("gzip"), gzip(&json))] {
+        let whole = step * body.len() as u32;
+        assert!(whole > Duration::from_secs(2), "the body takes {whole:?}");
+        let sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut rx, mut tx) = sock.into_split();
+        let mut head = format!(
+            "POST /v1/traces HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+        if let Some(e) = encoding {
+            head.push_str(&format!("content-encoding: {e}\r\n"));
+        }
+        head.push_str("\r\n");
+        tx.write_all(head.as_bytes()).await.unwrap();
+        let started = Instant::now();
+        let trickle = tokio::spawn(async move {
+            for b in body {
+                // The server closes the connection with its answer: writing then fails.
+                if tx.write_all(&[b]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(step).await;
+            }
+        });
+        let mut reply = Vec::new();
+        tokio::time::timeout(whole, rx.read_to_end(&mut reply))
+            .await
+            .expect("answered and closed before the body was whole")
+            .unwrap();
+        let took = started.elapsed();
+        trickle.abort();
+        let text = String::from_utf8_lossy(&reply);
+        assert!(text.starts_with("HTTP/1.1 408"), "{encoding:?}: {text}");
+        assert!(text.contains("\"body_timeout\""), "{encoding:?}: {text}");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+            "{encoding:?}: answered after {took:?}"
+        );
+    }
+    let _ = stop.send(());
+    server.await.unwrap();
+    let (_, list, _) = send(&router(state), "GET", "/v1/tasks", "").await;
+    assert_eq!(list["total"], 0, "nothing was applied: {list}");
+}
+
 fn event(s: &Span) -> Option<(Event, &'static str)> {
     let mut unbounded = usize::MAX;
     event_of(s, &mut unbounded)
