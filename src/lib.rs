@@ -29,6 +29,9 @@
 pub mod audit;
 pub mod calibrate;
 pub mod config;
+// Loading and checking a configuration: above the config types every module reads, and above
+// the rule table whose ids `detect.rules_off` must name.
+mod config_load;
 pub(crate) mod detect;
 pub mod embed;
 pub mod engine;

@@ -4,8 +4,9 @@
 //! is merged over it, then `LOOPGUARD_SECTION__KEY` environment variables, then flag overrides;
 //! the merged document is deserialised once, strictly: unknown keys are rejected with their path.
 
-mod load;
-pub use load::{redact_database_url, REDACTED};
+mod redact;
+pub use redact::{redact_database_url, REDACTED};
+pub(crate) use redact::{redact_query, redact_userinfo};
 
 use crate::signature::ErrorType;
 use crate::verdict::{ActionType, EscalationTarget, LoopKind};

@@ -1,4 +1,4 @@
-use super::load::{redact_query, redact_userinfo};
+use super::redact::{redact_query, redact_userinfo};
 use super::*;
 
 #[test]
