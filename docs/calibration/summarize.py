@@ -144,7 +144,9 @@ def collect(out, work):
             for rid in chosen["examples"]["false_alarms"][:3]:
                 run = runs_by_id.get(rid)
                 if run:
-                    texts = [e.get("request") or e.get("message") for e in run["events"] if e["type"] in ("collaboration", "failure")]
+                    # An event is bare or in its envelope (`{"agent_id": …, "event": {…}}`).
+                    events = [e.get("event", e) for e in run["events"]]
+                    texts = [e.get("request") or e.get("message") for e in events if e["type"] in ("collaboration", "failure")]
                     examples.append({"id": rid, "texts": texts})
             step["false_alarm_examples"] = examples
         report["runs"][name] = step
