@@ -5,7 +5,8 @@
 //! answered with a request per millisecond, and one that says `Retry-After: 3600` must not
 //! hold a caller that has a deadline of its own: the floor and the cap hold whatever the
 //! answer says. The schedule is [`backon`]'s exponential one; one policy for every client of
-//! loopguard that retries (the command hook today).
+//! loopguard that retries: the command hook, the judge, the task log on a full disk, and the
+//! sled store reopening a directory another handle is letting go of.
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use std::time::Duration;

@@ -181,6 +181,13 @@ impl<B: Backend> GuardedJudge<B> {
         }
         let deadline = Instant::now() + self.timeout;
         let mut attempt = 0;
+        // Doubling from `backoff_ms`; the deadline, not a cap, ends the retries.
+        let mut backoff = crate::retry::RetryPolicy {
+            floor: self.backoff,
+            cap: self.backoff.saturating_mul(1 << self.retries.min(16)),
+            ..Default::default()
+        }
+        .backoff();
         let answer = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -206,7 +213,7 @@ impl<B: Backend> GuardedJudge<B> {
                     if attempt >= self.retries {
                         break JudgeAnswer::undecided(JudgeStatus::Unavailable, why);
                     }
-                    let pause = self.backoff * 2u32.saturating_pow(attempt);
+                    let pause = backoff.next(None);
                     if Instant::now() + pause >= deadline {
                         break JudgeAnswer::undecided(
                             JudgeStatus::Timeout,

@@ -170,11 +170,17 @@ impl SledStore {
         // reopen right after a close (a restart in place, the tests) retries briefly. Another
         // process holding the directory still fails, after the retries, with the hint below.
         let mut tries = 0;
+        let mut backoff = crate::retry::RetryPolicy {
+            floor: std::time::Duration::from_millis(20),
+            cap: std::time::Duration::from_millis(200),
+            ..Default::default()
+        }
+        .backoff();
         let opened = loop {
             match config.open() {
-                Err(e) if e.to_string().contains("lock") && tries < 40 => {
+                Err(e) if e.to_string().contains("lock") && tries < 20 => {
                     tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    std::thread::sleep(backoff.next(None));
                 }
                 other => break other,
             }

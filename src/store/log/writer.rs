@@ -172,7 +172,13 @@ impl Writer {
     /// when the store cannot take commits any more.
     pub(super) fn write_held(&mut self, out: &[u8], generation: u64) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut backoff = Duration::from_millis(50);
+        // From 50 ms, doubling, at most a second apart: a freed disk is noticed soon.
+        let mut backoff = crate::retry::RetryPolicy {
+            floor: Duration::from_millis(50),
+            cap: Duration::from_secs(1),
+            ..Default::default()
+        }
+        .backoff();
         loop {
             let written = self
                 .file
@@ -226,10 +232,9 @@ impl Writer {
             let (guard, _) = self
                 .shared
                 .wake
-                .wait_timeout(inner, backoff)
+                .wait_timeout(inner, backoff.next(None))
                 .expect("task log lock");
             drop(guard);
-            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
 
