@@ -288,24 +288,7 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
 
 /// Rule `collaboration.unchanged_artifact`.
 pub fn unchanged_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
-    let m = message(&ctx.entry.body)?;
-    if m.protocol || is_delivery(m.sig) {
-        return None;
-    }
-    let cfg = &ctx.cfg.collaboration;
-    let back = returns(ctx, cfg.returning_similarity);
-    if back.len() + 1 < cfg.occurrences.max(2) {
-        return None;
-    }
-    let mut seqs: Vec<u64> = back.iter().rev().map(|l| l.seq).collect();
-    seqs.push(ctx.entry.seq);
-    // A review round: every return was answered. A request that came back with nothing
-    // reaching its sender between is re-sent unanswered, `same_request`'s case at its own
-    // (higher) threshold; the lower cosine here rests on the rounds.
-    let r = Request::of(ctx.state, &m);
-    if !seqs.windows(2).all(|w| r.answered(ctx.state, w[0], w[1])) {
-        return None;
-    }
+    let Rounds { m, back, seqs, r } = answered_rounds(ctx)?;
     // A review of artifacts: the agent asked (in a group, another member) answers with them.
     // Where no answer carries any, what moved is `asked_again`'s to judge.
     let reviewed = between(ctx.state, seqs[0], ctx.entry.seq).any(|e| {
@@ -344,22 +327,7 @@ pub fn unchanged_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
 
 /// Rule `collaboration.asked_again`.
 pub fn asked_again(ctx: &Ctx<'_>) -> Option<Finding> {
-    let m = message(&ctx.entry.body)?;
-    if m.protocol || is_delivery(m.sig) {
-        return None;
-    }
-    let cfg = &ctx.cfg.collaboration;
-    let back = returns(ctx, cfg.returning_similarity);
-    if back.len() + 1 < cfg.occurrences.max(2) {
-        return None;
-    }
-    let mut seqs: Vec<u64> = back.iter().rev().map(|l| l.seq).collect();
-    seqs.push(ctx.entry.seq);
-    let r = Request::of(ctx.state, &m);
-    // Answered each time: a request re-sent unanswered is `same_request`'s.
-    if !seqs.windows(2).all(|w| r.answered(ctx.state, w[0], w[1])) {
-        return None;
-    }
+    let Rounds { m, back, seqs, r } = answered_rounds(ctx)?;
     // Asked again after answers that brought nothing new: nothing moved.
     let idle = seqs.windows(2).find(|w| !r.moved(ctx.state, w[0], w[1]))?;
     let newest = back[0];
@@ -381,6 +349,40 @@ pub fn asked_again(ctx: &Ctx<'_>) -> Option<Finding> {
     f.matched = Some(newest.seq);
     f.similarity = newest.similarity();
     Some(f)
+}
+
+/// A request that keeps coming back, answered each time: the rounds `unchanged_artifact` and
+/// `asked_again` read.
+struct Rounds<'c> {
+    m: Message<'c>,
+    /// Its earlier occurrences, newest first.
+    back: Vec<&'c Link>,
+    /// Their seqs and the new one's, oldest first.
+    seqs: Vec<u64>,
+    r: Request<'c>,
+}
+
+/// The new request's rounds, when it came back `occurrences` times and every return was
+/// answered. A request that came back with nothing reaching its sender between is re-sent
+/// unanswered, `same_request`'s case at its own (higher) threshold; the lower cosine of a return
+/// rests on the rounds.
+fn answered_rounds<'c>(ctx: &'c Ctx<'_>) -> Option<Rounds<'c>> {
+    let m = message(&ctx.entry.body)?;
+    if m.protocol || is_delivery(m.sig) {
+        return None;
+    }
+    let cfg = &ctx.cfg.collaboration;
+    let back = returns(ctx, cfg.returning_similarity);
+    if back.len() + 1 < cfg.occurrences.max(2) {
+        return None;
+    }
+    let mut seqs: Vec<u64> = back.iter().rev().map(|l| l.seq).collect();
+    seqs.push(ctx.entry.seq);
+    let r = Request::of(ctx.state, &m);
+    if !seqs.windows(2).all(|w| r.answered(ctx.state, w[0], w[1])) {
+        return None;
+    }
+    Some(Rounds { m, back, seqs, r })
 }
 
 /// Earlier occurrences of the new request, newest first: the same request, or one close enough

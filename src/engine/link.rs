@@ -33,13 +33,7 @@ impl Engine {
                 .iter()
                 .filter_map(|p| matching::sig_at(state, &pass.entry, *p).map(|t| t.text.clone()))
                 .collect();
-            let started = Instant::now();
-            let misses_before = self.embedder.stats().cache_misses.load(Relaxed);
-            let vectors = self.embedder.embed(&texts).await?;
-            let t = &mut pass.timings;
-            t.embed_secs += started.elapsed().as_secs_f64();
-            t.texts_embedded += texts.len();
-            t.used_model |= self.embedder.stats().cache_misses.load(Relaxed) > misses_before;
+            let vectors = self.embed_round(pass, &texts).await?;
             for (p, v) in pending.iter().zip(vectors) {
                 if let Some(sig) = matching::sig_mut(state, &mut pass.entry, *p) {
                     sig.vector = Some(v);
@@ -55,11 +49,7 @@ impl Engine {
                 .iter()
                 .flat_map(|(_, _, a, b)| [a.clone(), b.clone()])
                 .collect();
-            let started = Instant::now();
-            let vectors = self.embedder.embed(&texts).await?;
-            pass.timings.embed_secs += started.elapsed().as_secs_f64();
-            pass.timings.texts_embedded += texts.len();
-            pass.timings.used_model = true;
+            let vectors = self.embed_round(pass, &texts).await?;
             pass.change_cosines = pairs
                 .iter()
                 .zip(vectors.chunks(2))
@@ -74,11 +64,7 @@ impl Engine {
                 .iter()
                 .flat_map(|(_, a, b)| [a.clone(), b.clone()])
                 .collect();
-            let started = Instant::now();
-            let vectors = self.embedder.embed(&texts).await?;
-            pass.timings.embed_secs += started.elapsed().as_secs_f64();
-            pass.timings.texts_embedded += texts.len();
-            pass.timings.used_model = true;
+            let vectors = self.embed_round(pass, &texts).await?;
             slot_cosines = slots
                 .iter()
                 .zip(vectors.chunks(2))
@@ -102,10 +88,7 @@ impl Engine {
         {
             let mut texts = vec![text.to_string()];
             texts.extend(courtesy_texts(self.cfg.model.max_text_chars));
-            let started = Instant::now();
-            let vectors = self.embedder.embed(&texts).await?;
-            pass.timings.embed_secs += started.elapsed().as_secs_f64();
-            pass.timings.texts_embedded += texts.len();
+            let vectors = self.embed_round(pass, &texts).await?;
             let best = vectors[1..]
                 .iter()
                 .map(|v| crate::embed::cosine(&vectors[0], v))
@@ -137,6 +120,24 @@ impl Engine {
             entry.novel = entry.is_work() && !entry.is_passive() && entry.same_as.is_empty();
         });
         Ok(())
+    }
+}
+
+impl Engine {
+    /// One round's texts embedded (the cache first), timed and counted on the pass.
+    async fn embed_round(
+        &self,
+        pass: &mut Pass,
+        texts: &[String],
+    ) -> Result<Vec<crate::embed::Vector>, EngineError> {
+        let started = Instant::now();
+        let misses_before = self.embedder.stats().cache_misses.load(Relaxed);
+        let vectors = self.embedder.embed(texts).await?;
+        let t = &mut pass.timings;
+        t.embed_secs += started.elapsed().as_secs_f64();
+        t.texts_embedded += texts.len();
+        t.used_model |= self.embedder.stats().cache_misses.load(Relaxed) > misses_before;
+        Ok(vectors)
     }
 }
 
