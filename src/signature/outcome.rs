@@ -299,14 +299,14 @@ impl AmbientLines {
         }
     }
 
-    /// Note that `line` was printed after call `call`, the rest of whose output has key `rest`;
-    /// true when the line is now the environment's.
-    fn note(&mut self, line: u64, call: u64, rest: u64) -> bool {
-        let i = match self.seen.iter().position(|(l, _)| *l == line) {
+    /// The sightings of a line followed (an error line, or a counter's template), a new entry
+    /// when it is not followed yet: the line followed longest that is not learned is forgotten
+    /// to make room.
+    fn sightings(&mut self, key: u64) -> &mut Vec<(u64, u64)> {
+        let i = match self.seen.iter().position(|(l, _)| *l == key) {
             Some(i) => i,
             None => {
                 if self.seen.len() >= LINES_FOLLOWED {
-                    // Forget the line followed longest that is not the environment's.
                     let evict = self
                         .seen
                         .iter()
@@ -314,11 +314,17 @@ impl AmbientLines {
                         .unwrap_or(0);
                     self.seen.remove(evict);
                 }
-                self.seen.push_back((line, Vec::new()));
+                self.seen.push_back((key, Vec::new()));
                 self.seen.len() - 1
             }
         };
-        let sightings = &mut self.seen[i].1;
+        &mut self.seen[i].1
+    }
+
+    /// Note that `line` was printed after call `call`, the rest of whose output has key `rest`;
+    /// true when the line is now the environment's.
+    fn note(&mut self, line: u64, call: u64, rest: u64) -> bool {
+        let sightings = self.sightings(line);
         if !is_ambient(sightings) && !sightings.iter().any(|(c, r)| *c == call || *r == rest) {
             sightings.push((call, rest));
         }
@@ -340,23 +346,7 @@ impl AmbientLines {
     /// other output, with other numbers each time ([`COUNTER_AFTER`] of them), is a counter the
     /// environment keeps (a token count, a cost, elapsed time): its numbers moving is no news.
     pub fn note_counter(&mut self, template: u32, line: u32, rest: u64) {
-        let key = COUNTER_KEY | u64::from(template);
-        let i = match self.seen.iter().position(|(l, _)| *l == key) {
-            Some(i) => i,
-            None => {
-                if self.seen.len() >= LINES_FOLLOWED {
-                    let evict = self
-                        .seen
-                        .iter()
-                        .position(|(k, s)| !learned(*k, s))
-                        .unwrap_or(0);
-                    self.seen.remove(evict);
-                }
-                self.seen.push_back((key, Vec::new()));
-                self.seen.len() - 1
-            }
-        };
-        let sightings = &mut self.seen[i].1;
+        let sightings = self.sightings(COUNTER_KEY | u64::from(template));
         let line = u64::from(line);
         if sightings.len() < COUNTER_AFTER
             && !sightings.iter().any(|(l, r)| *l == line || *r == rest)
