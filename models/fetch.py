@@ -9,26 +9,29 @@ call this every time.
 
 Layout written (all git-ignored):
 
-    models/all-MiniLM-L6-v2/model.onnx             int8-weight ONNX, un-pooled last_hidden_state
+    models/all-MiniLM-L6-v2/model.onnx             the published export: int8 weights cast to
+                                                     fp32 at load, un-pooled last_hidden_state
     models/all-MiniLM-L6-v2/tokenizer.json         + config.json, special_tokens_map.json,
                                                      tokenizer_config.json
-    models/onnxruntime/libonnxruntime.so           ONNX Runtime 1.24.4 (needs glibc >= 2.28)
-
-With --int8, also (opt-in; docs/PERFORMANCE.md, "The model's matrix products in int8"):
-
     models/all-MiniLM-L6-v2-int8/model.onnx        derived from the model above, matrix
-                                                     products in 8-bit integers; + tokenizer files
+                                                     products in 8-bit integers (loopguard's
+                                                     default model); + the tokenizer files
+    models/onnxruntime/libonnxruntime.so           ONNX Runtime 1.24.4 (needs glibc >= 2.28)
 
 The published export stores int8 weights but casts them back to fp32 when it loads, so every
 matrix product runs in fp32. The derivation folds those casts and re-quantizes the 36 weight
 matrices per output channel (unsigned 8-bit, ONNX Runtime's own `quantize_dynamic`): about 1.8x
-the texts/s, with pair cosines that move by ~0.01 (up to ~0.04), so verdicts at a threshold's
-edge can change. It is deterministic; its result's sha256 is checked like a download's. Its
-tools (onnx, onnxruntime, numpy, ...) are pip-installed into a temporary directory, not into the
-system's Python, and removed after. Run it with `[model] dir = "models/all-MiniLM-L6-v2-int8"`.
+the texts/s, with pair cosines that move by ~0.01 (up to ~0.04) against the published model's
+(docs/PERFORMANCE.md, "The model's matrix products in int8"). It is deterministic; its result's
+sha256 is checked like a download's. Its tools (onnx, onnxruntime, numpy, ...) are
+pip-installed into a temporary directory, not into the system's Python, and removed after.
+loopguard runs the derived model by default; `[model] dir = "models/all-MiniLM-L6-v2"` runs the
+published one.
 
-Usage: python3 models/fetch.py [--check] [--int8]
-    --check: verify only, download nothing      --int8: also derive the int8 model
+Usage: python3 models/fetch.py [--check] [--no-int8]
+    --check: verify only, download nothing
+    --no-int8: only the published model and ONNX Runtime, no derivation (then set
+               [model] dir = "models/all-MiniLM-L6-v2": loopguard's default is the derived one)
 """
 
 import argparse
@@ -248,8 +251,12 @@ def derive_int8(workdir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="verify the files, download nothing")
-    parser.add_argument("--int8", action="store_true",
-                        help=f"also derive models/{INT8_DIR} (matrix products in int8)")
+    parser.add_argument("--no-int8", dest="int8", action="store_false",
+                        help=f"do not derive models/{INT8_DIR} (loopguard's default model; "
+                             "without it set [model] dir = \"models/all-MiniLM-L6-v2\")")
+    # The derivation used to be opt-in behind --int8; it is the default now, and the flag is
+    # accepted so that older commands keep working.
+    parser.add_argument("--int8", dest="int8", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     missing = [
@@ -269,7 +276,7 @@ def main():
         if int8_missing:
             print(f"fetch: missing or not derived from the model: models/{INT8_DIR}",
                   file=sys.stderr)
-        sys.exit("fetch: run `python3 models/fetch.py" + (" --int8" if args.int8 else "")
+        sys.exit("fetch: run `python3 models/fetch.py" + ("" if args.int8 else " --no-int8")
                  + "` to fetch them")
     workdir = tempfile.mkdtemp(prefix="loopguard-fetch-")
     try:

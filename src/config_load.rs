@@ -4,6 +4,10 @@
 use crate::config::*;
 use std::path::Path;
 
+/// Most model workers: each holds an ONNX Runtime session (~70 MiB for the int8 model), so a
+/// typo must not start thousands.
+const MAX_MODEL_WORKERS: usize = 256;
+
 impl Default for Config {
     fn default() -> Self {
         Config::from_table(reference_table()).expect("the reference config loopguard.toml is valid")
@@ -314,6 +318,16 @@ impl Config {
         }
         if self.policy.external.is_empty() {
             return bad("policy.external", "needs at least one action".into());
+        }
+        if self.model.workers > MAX_MODEL_WORKERS {
+            return bad(
+                "model.workers",
+                format!(
+                    "must be 0 (one per `threads` cores) or at most {MAX_MODEL_WORKERS}, got {} \
+                     (each worker holds its own model session)",
+                    self.model.workers
+                ),
+            );
         }
         if self.model.threads == 0 || self.model.max_batch == 0 || self.model.cache_entries == 0 {
             return bad(

@@ -228,6 +228,19 @@ async fn openapi_and_operational_endpoints_answer(backend: &Backend) {
         .await
         .unwrap();
     assert!(metrics.contains("loopguard_model_ready 1"), "{metrics}");
+    // The model workers serving, and what each took to load (Linux).
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("loopguard_model_workers ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+    if cfg!(target_os = "linux") {
+        assert!(
+            metrics.contains("loopguard_model_worker_memory_bytes "),
+            "{metrics}"
+        );
+    }
     // Every reason a connection is closed for has its series from the start (issue 43: the
     // `body_timeout` one was missing).
     for reason in ["header_timeout", "body_timeout", "idle_timeout", "evicted"] {

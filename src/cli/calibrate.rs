@@ -103,9 +103,10 @@ pub struct RunsArgs {
     #[arg(long, default_value_t = 1.0, value_parser = unit_interval)]
     pub max_false_alarm_rate: f64,
 
-    /// Runs scored concurrently (they share one model thread, which batches their texts).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub jobs: u32,
+    /// Runs scored concurrently, their texts shared among the model workers. Default: 4 per
+    /// model worker (model.workers), at least 8, so that every worker has work waiting.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub jobs: Option<u32>,
 
     /// Embeddings kept in memory: at least this many, or [model] cache_entries if larger. Later
     /// sweep points are fast only when every text of the runs fits.
@@ -262,7 +263,10 @@ fn run_runs(cli: &Cli, args: &RunsArgs) -> Result<(), String> {
     let points = runs::plan_sweep(&cfg, &args.sweep).map_err(|e| e.to_string())?;
     let embedder = model(&cfg)?;
     let opts = RunsOptions {
-        jobs: args.jobs as usize,
+        jobs: args.jobs.map_or_else(
+            || loopguard::embed::default_jobs(embedder.workers()),
+            |j| j as usize,
+        ),
         false_alarm_slack: args.false_alarm_slack,
         max_false_alarm_rate: args.max_false_alarm_rate,
     };

@@ -44,9 +44,10 @@ pub struct EvalArgs {
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
 
-    /// Runs scored concurrently (they share one model thread, which batches their texts).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub jobs: u32,
+    /// Runs scored concurrently, their texts shared among the model workers. Default: 4 per
+    /// model worker (model.workers), at least 8, so that every worker has work waiting.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub jobs: Option<u32>,
 
     /// Replace the configured judge with a test judge that gives this answer to every question,
     /// counting them.
@@ -152,7 +153,10 @@ pub fn run(cli: &Cli, args: &EvalArgs) -> Result<(), String> {
     let embedder = Embedder::load_batch_model(&cfg.model).map_err(|e| e.to_string())?;
 
     let opts = EvalOptions {
-        jobs: args.jobs as usize,
+        jobs: args.jobs.map_or_else(
+            || loopguard::embed::default_jobs(embedder.workers()),
+            |j| j as usize,
+        ),
         judge: match args.judge_always {
             None => JudgeMode::Configured,
             Some(AlwaysVerdict::Progress) => JudgeMode::Always(JudgeVerdict::Progress),

@@ -20,9 +20,10 @@ pub struct ScoreArgs {
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Runs scored concurrently (they share one model thread, which batches their texts).
-    #[arg(long, default_value_t = 8)]
-    pub jobs: usize,
+    /// Runs scored concurrently, their texts shared among the model workers. Default: 4 per
+    /// model worker (model.workers), at least 8, so that every worker has work waiting.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub jobs: Option<u32>,
 
     /// One short line per run, without the per-event verdicts.
     #[arg(long)]
@@ -83,7 +84,10 @@ pub fn run(cli: &Cli, args: &ScoreArgs) -> Result<(), String> {
     };
     let started = Instant::now();
     let opts = ScoreOptions {
-        jobs: args.jobs,
+        jobs: args.jobs.map_or_else(
+            || loopguard::embed::default_jobs(embedder.workers()),
+            |j| j as usize,
+        ),
         summary_only: args.summary,
         keep_events: report.is_some(),
     };

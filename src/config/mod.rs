@@ -152,6 +152,9 @@ pub struct ModelConfig {
     pub dir: PathBuf,
     #[serde(deserialize_with = "empty_as_none")]
     pub ort_dylib: Option<PathBuf>,
+    /// Model workers, each an ONNX Runtime session on its own thread; 0: one per `threads`
+    /// cores ([`ModelConfig::resolved_workers`]).
+    pub workers: usize,
     pub threads: usize,
     pub max_tokens: usize,
     pub max_text_chars: usize,
@@ -222,6 +225,16 @@ impl ModelConfig {
             }
             _ => absolute(p),
         })
+    }
+
+    /// The model workers to start: `workers`, or when it is 0, as many as fill the cores this
+    /// process may use with `threads` intra-op threads each (at least one).
+    pub fn resolved_workers(&self) -> usize {
+        if self.workers > 0 {
+            return self.workers;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / self.threads.max(1)).max(1)
     }
 
     /// The ONNX Runtime library: the configured path, else `$ORT_DYLIB_PATH`, else the file

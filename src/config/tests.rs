@@ -243,3 +243,19 @@ fn the_embedding_cache_on_disk_sits_beside_the_model_and_switches_off_when_empty
         "{msg}"
     );
 }
+
+#[test]
+fn model_workers_fill_the_cores_by_default_and_a_bad_count_names_the_setting() {
+    let c = Config::default();
+    assert_eq!((c.model.workers, c.model.threads), (0, 1));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(c.model.resolved_workers(), cores);
+    let two = Config::from_toml_str("[model]\nthreads = 2\n").unwrap();
+    assert_eq!(two.model.resolved_workers(), (cores / 2).max(1));
+    let set = Config::from_toml_str("[model]\nworkers = 3\nthreads = 2\n").unwrap();
+    assert_eq!(set.model.resolved_workers(), 3);
+    let err = Config::from_toml_str("[model]\nworkers = 100000\n").unwrap_err();
+    assert!(err.to_string().contains("model.workers"), "{err}");
+    let err = Config::from_toml_str("[model]\nworkers = -1\n").unwrap_err();
+    assert!(err.to_string().contains("workers"), "{err}");
+}

@@ -1,4 +1,4 @@
-//! Model backends: [`FastEmbedBackend`] runs all-MiniLM-L6-v2 (int8 ONNX, mean pooling,
+//! Model backends: [`FastEmbedBackend`] runs all-MiniLM-L6-v2 (ONNX, mean pooling,
 //! L2-normalised, 384-d) through fastembed with ONNX Runtime loaded at run time;
 //! [`StubBackend`] is a lexical stand-in for fast unit tests of detector logic, never the default.
 
@@ -56,6 +56,11 @@ impl FastEmbedBackend {
         let env = Self::runtime(cfg)?;
         let mut files = files.into_iter();
         let onnx = files.next().expect("five files");
+        let products = if has_dynamic_quantization(&onnx) {
+            "matrix products in int8"
+        } else {
+            "matrix products in fp32"
+        };
         let tokenizer_files = fastembed::TokenizerFiles {
             tokenizer_file: files.next().expect("five files"),
             config_file: files.next().expect("five files"),
@@ -75,7 +80,7 @@ impl FastEmbedBackend {
         Ok(FastEmbedBackend {
             model,
             description: format!(
-                "all-MiniLM-L6-v2 (int8 ONNX, mean pooling) from {}, {} thread(s)",
+                "all-MiniLM-L6-v2 ({products}, mean pooling) from {}, {} thread(s)",
                 dir.display(),
                 cfg.threads.max(1)
             ),

@@ -1,31 +1,35 @@
-//! Local sentence embeddings: one thread owns the model, concurrent callers are batched, and no
-//! text is embedded twice.
+//! Local sentence embeddings: model workers own the model, concurrent callers are batched, and
+//! no text is embedded twice.
 //!
 //! - [`Embedder`] is the cheap, cloneable handle callers use. It answers from a bounded LRU cache
-//!   when it can and otherwise queues a job for the model thread.
-//! - The model thread takes every job waiting in the queue (up to `max_batch` texts) and runs them
-//!   as one model call: continuous batching with no fill timer, so a lone request is not delayed.
-//!   It checks the cache again before embedding, so two callers asking for the same text in quick
-//!   succession still cost one embedding.
-//! - [`FastEmbedBackend`] runs all-MiniLM-L6-v2 (int8 ONNX, mean pooling, L2-normalised, 384-d)
-//!   through fastembed with ONNX Runtime loaded at run time. [`StubBackend`] is a lexical stand-in
-//!   for fast unit tests of detector logic; it is never the default.
+//!   when it can and otherwise queues a job for the model workers.
+//! - Each model worker (`model.workers` of them, one ONNX Runtime session and `model.threads`
+//!   intra-op threads each) takes every job waiting in the queue (up to `max_batch` texts) and
+//!   runs them as its model calls: continuous batching with no fill timer, so a lone request is
+//!   not delayed. It checks the cache again before embedding and claims what it embeds, so two
+//!   callers asking for the same text in quick succession still cost one embedding.
+//! - [`FastEmbedBackend`] runs all-MiniLM-L6-v2 (mean pooling, L2-normalised, 384-d) through
+//!   fastembed with ONNX Runtime loaded at run time: by default the int8 derivation
+//!   `models/fetch.py` writes, whose matrix products run as 8-bit integer kernels.
+//!   [`StubBackend`] is a lexical stand-in for fast unit tests of detector logic; it is never
+//!   the default.
 
 mod backend;
 mod disk;
-mod model_thread;
+mod workers;
 
 pub use backend::{FastEmbedBackend, StubBackend};
 pub use disk::DiskCache;
 
 use crate::config::ModelConfig;
 use lru::LruCache;
+use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// An L2-normalised embedding, shared between the cache and task windows.
 pub type Vector = Arc<[f32]>;
@@ -54,7 +58,7 @@ pub enum EmbedError {
     Unavailable(String),
 }
 
-/// What runs inside the model thread.
+/// What runs inside a model worker.
 pub trait EmbedBackend: Send {
     /// Embed a batch; one L2-normalised vector per text, in order.
     fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
@@ -100,38 +104,63 @@ const FAILED: u8 = 2;
 
 struct Job {
     texts: Vec<String>,
-    reply: oneshot::Sender<Result<Vec<Vector>, EmbedError>>,
+    reply: oneshot::Sender<Reply>,
 }
 
+/// A job's answer: one vector per text, in order.
+type Reply = Result<Vec<Vector>, EmbedError>;
+
 struct Inner {
-    tx: mpsc::Sender<Job>,
+    queue: workers::Queue,
     cache: Mutex<LruCache<String, Vector>>,
+    /// Texts a worker is embedding now; another worker that needs one waits for it on
+    /// `claimed` instead of embedding it again.
+    claims: Mutex<HashSet<String>>,
+    claimed: Condvar,
     stats: EmbedStats,
     state: AtomicU8,
-    /// The model thread is running a model call.
-    busy: std::sync::atomic::AtomicBool,
-    /// Jobs waiting for the model thread.
+    /// Workers that loaded (set when the pool is ready), and those running a model call.
+    workers: AtomicUsize,
+    busy_workers: AtomicUsize,
+    /// Jobs waiting for a worker.
     queued: AtomicU64,
-    /// Texts in the jobs waiting, and in the model call running: the work ahead of a new job.
+    /// Texts in the jobs waiting, and in the model calls running: the work ahead of a new job.
     queued_texts: AtomicU64,
     running_texts: AtomicU64,
-    /// Recent model time per text, in nanoseconds (a moving average over model calls).
+    /// Recent model time per text of one worker, in nanoseconds (a moving average over calls).
     nanos_per_text: AtomicU64,
+    /// Most texts in one job: a request's texts are split into jobs of at most this many, so
+    /// that a model run one text per call spreads one request over idle workers.
+    texts_per_job: usize,
     /// Refuse a job whose estimated wait is longer than this.
     wait_target: Option<Duration>,
+    /// Resident memory each worker added while loading (its session, weights and warm-up), in
+    /// bytes; 0 where it cannot be measured.
+    memory_per_worker: AtomicU64,
     failure: OnceLock<EmbedError>,
     description: OnceLock<String>,
-    /// The embedding cache on disk (batch commands only), opened by the model thread.
+    /// The embedding cache on disk (batch commands only), opened once the workers have loaded.
     disk: OnceLock<Mutex<DiskCache>>,
 }
 
-/// Handle to the model thread. Clone it freely.
+/// Closes the queue when the last handle goes: the workers then stop, and their sessions'
+/// memory is freed (tests and commands that load a model more than once do not keep them all).
+struct Owner(Arc<Inner>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.queue.close();
+    }
+}
+
+/// Handle to the model workers. Clone it freely; the workers stop when the last clone goes.
 #[derive(Clone)]
 pub struct Embedder {
     inner: Arc<Inner>,
+    _owner: Arc<Owner>,
 }
 
-/// How the model thread batches and caches.
+/// How the model workers batch and cache.
 #[derive(Clone)]
 pub struct EmbedderOptions {
     /// Most texts in one model call.
@@ -139,7 +168,7 @@ pub struct EmbedderOptions {
     /// Most padded tokens in one model call (texts × the longest text's tokens): bounds the
     /// model's working memory when texts are long.
     pub max_batch_tokens: usize,
-    /// Jobs waiting for the model thread before callers get [`EmbedError::Overloaded`].
+    /// Jobs waiting for a model worker before callers get [`EmbedError::Overloaded`].
     pub queue_capacity: usize,
     /// A job whose texts would wait longer than this behind the work already queued (estimated
     /// from the model's recent time per text) is refused with [`EmbedError::Overloaded`] at
@@ -187,39 +216,67 @@ impl From<&ModelConfig> for EmbedderOptions {
 }
 
 impl Embedder {
-    /// Start the model thread; `load` runs on it (the model never leaves that thread).
+    /// Start one model worker; `load` runs on its thread (the model never leaves it).
     /// Returns at once: [`Embedder::wait_ready`] blocks until the model is loaded and warm.
     pub fn start<F>(load: F, opts: EmbedderOptions) -> Embedder
     where
         F: FnOnce() -> Result<Box<dyn EmbedBackend>, EmbedError> + Send + 'static,
     {
-        let (tx, rx) = mpsc::channel::<Job>(opts.queue_capacity);
+        let once = Mutex::new(Some(load));
+        Embedder::start_workers(
+            1,
+            move |_| {
+                let load = once.lock().expect("load lock").take();
+                load.expect("one worker loads once")()
+            },
+            opts,
+        )
+    }
+
+    /// Start `workers` model workers, each on its own thread, where each calls `load` with its
+    /// index (0..workers) to get its own backend. Returns at once: [`Embedder::wait_ready`]
+    /// blocks until every worker is loaded and warm (or none could load).
+    pub fn start_workers<F>(workers: usize, load: F, opts: EmbedderOptions) -> Embedder
+    where
+        F: Fn(usize) -> Result<Box<dyn EmbedBackend>, EmbedError> + Send + Sync + 'static,
+    {
         let inner = Arc::new(Inner {
-            tx,
+            queue: workers::Queue::new(opts.queue_capacity),
             cache: Mutex::new(LruCache::new(
                 NonZeroUsize::new(opts.cache_entries).expect("cache_entries >= 1"),
             )),
+            claims: Mutex::new(HashSet::new()),
+            claimed: Condvar::new(),
             stats: EmbedStats::default(),
             state: AtomicU8::new(LOADING),
-            busy: std::sync::atomic::AtomicBool::new(false),
+            workers: AtomicUsize::new(0),
+            busy_workers: AtomicUsize::new(0),
             queued: AtomicU64::new(0),
             queued_texts: AtomicU64::new(0),
             running_texts: AtomicU64::new(0),
             nanos_per_text: AtomicU64::new(0),
+            texts_per_job: opts.max_batch.max(1),
             wait_target: opts.queue_wait_target,
+            memory_per_worker: AtomicU64::new(0),
             failure: OnceLock::new(),
             description: OnceLock::new(),
             disk: OnceLock::new(),
         });
-        let thread_inner = Arc::clone(&inner);
-        let limits = (opts.max_batch, opts.max_batch_tokens);
-        let observer = opts.on_batch.clone();
-        let disk = opts.disk_cache.clone();
-        std::thread::Builder::new()
-            .name("loopguard-model".into())
-            .spawn(move || model_thread::run(load, thread_inner, rx, limits, observer, disk))
-            .expect("spawning the model thread");
-        Embedder { inner }
+        workers::spawn(
+            workers,
+            Arc::new(load),
+            Arc::clone(&inner),
+            workers::Settings {
+                max_batch: opts.max_batch.max(1),
+                max_batch_tokens: opts.max_batch_tokens.max(1),
+                observer: opts.on_batch,
+                disk: opts.disk_cache,
+            },
+        );
+        Embedder {
+            _owner: Arc::new(Owner(Arc::clone(&inner))),
+            inner,
+        }
     }
 
     /// Start the real model described by `cfg` (see [`FastEmbedBackend::load`]).
@@ -256,8 +313,9 @@ impl Embedder {
             opts.max_batch = 1;
         }
         let cfg2 = cfg.clone();
-        Embedder::start(
-            move || FastEmbedBackend::load(&cfg2).map(|b| Box::new(b) as Box<dyn EmbedBackend>),
+        Embedder::start_workers(
+            cfg.resolved_workers(),
+            move |_| FastEmbedBackend::load(&cfg2).map(|b| Box::new(b) as Box<dyn EmbedBackend>),
             opts,
         )
     }
@@ -353,7 +411,7 @@ impl Embedder {
             .failure
             .get()
             .cloned()
-            .unwrap_or_else(|| EmbedError::Unavailable("the model thread stopped".into()))
+            .unwrap_or_else(|| EmbedError::Unavailable("the model workers stopped".into()))
     }
 
     /// Look every text up in the cache; `None` where it is missing.
@@ -403,12 +461,26 @@ impl Embedder {
             .collect()
     }
 
-    /// True when the model is loaded, not running a call and nothing is queued: a text embedded
-    /// now would not wait behind anyone.
+    /// True when the model is loaded, a worker is not running a call and nothing is queued: a
+    /// text embedded now would not wait behind anyone.
     pub fn is_idle(&self) -> bool {
         self.is_ready()
-            && !self.inner.busy.load(Ordering::Acquire)
+            && self.inner.busy_workers.load(Ordering::Acquire)
+                < self.inner.workers.load(Ordering::Acquire)
             && self.inner.queued.load(Ordering::Acquire) == 0
+    }
+
+    /// The model workers serving (0 until the model is ready).
+    pub fn workers(&self) -> usize {
+        self.inner.workers.load(Ordering::Acquire)
+    }
+
+    /// Resident memory each model worker added while it loaded (its ONNX Runtime session, the
+    /// weights, the tokenizer, the warm-up call), in bytes; `None` before the model is ready or
+    /// where it cannot be measured (not Linux). A worker's memory grows past this with the
+    /// largest model call it runs (activations; docs/PERFORMANCE.md).
+    pub fn memory_per_worker(&self) -> Option<u64> {
+        Some(self.inner.memory_per_worker.load(Ordering::Acquire)).filter(|&b| b > 0)
     }
 
     /// The cached embedding of a text, without ever waiting for the model.
@@ -428,13 +500,15 @@ impl Embedder {
         Ok(())
     }
 
-    /// How long a job queued now would wait before the model starts on it: the texts queued
-    /// and running, at the model's recent time per text. Zero before the model was timed.
+    /// How long a job queued now would wait before a worker starts on it: the texts queued
+    /// and running, at the pool's recent rate (one worker's time per text, shared by the
+    /// workers). Zero before the model was timed.
     pub fn estimated_wait(&self) -> Duration {
         let ahead = self.inner.queued_texts.load(Ordering::Acquire)
             + self.inner.running_texts.load(Ordering::Acquire);
         let per_text = self.inner.nanos_per_text.load(Ordering::Acquire);
-        Duration::from_nanos(ahead.saturating_mul(per_text))
+        let workers = self.inner.workers.load(Ordering::Acquire).max(1) as u64;
+        Duration::from_nanos(ahead.saturating_mul(per_text) / workers)
     }
 
     /// Admission control: refuse at once what would wait longer than the target. A caller
@@ -455,6 +529,40 @@ impl Embedder {
         Ok(())
     }
 
+    /// Queue `misses` as jobs of at most `texts_per_job` texts each, all or none; the receivers
+    /// of their vectors, in order. With `wait`, wait for room in a full queue.
+    fn submit(
+        &self,
+        misses: &[String],
+        wait: bool,
+    ) -> Result<Vec<oneshot::Receiver<Reply>>, EmbedError> {
+        let mut jobs = Vec::new();
+        let mut receivers = Vec::new();
+        for texts in misses.chunks(self.inner.texts_per_job) {
+            let (reply, rx) = oneshot::channel();
+            jobs.push(Job {
+                texts: texts.to_vec(),
+                reply,
+            });
+            receivers.push(rx);
+        }
+        let (n_jobs, n_texts) = (jobs.len() as u64, misses.len() as u64);
+        self.inner.queued.fetch_add(n_jobs, Ordering::AcqRel);
+        self.inner.queued_texts.fetch_add(n_texts, Ordering::AcqRel);
+        self.inner.queue.push(jobs, wait).map_err(|e| {
+            self.inner.queued.fetch_sub(n_jobs, Ordering::AcqRel);
+            self.inner.queued_texts.fetch_sub(n_texts, Ordering::AcqRel);
+            match e {
+                workers::PushError::Full => EmbedError::Overloaded(format!(
+                    "{} jobs are queued (model.queue_capacity)",
+                    self.inner.queued.load(Ordering::Acquire)
+                )),
+                workers::PushError::Closed => self.failure(),
+            }
+        })?;
+        Ok(receivers)
+    }
+
     /// Embed texts (already prepared: normalised, trimmed to length). Cache hits cost no model time.
     pub async fn embed(&self, texts: &[String]) -> Result<Vec<Vector>, EmbedError> {
         let (found, misses) = self.split_misses(texts);
@@ -463,28 +571,10 @@ impl Embedder {
         }
         self.check_failed()?;
         self.admit()?;
-        let (reply, rx) = oneshot::channel();
-        let n = misses.len() as u64;
-        self.inner.queued.fetch_add(1, Ordering::AcqRel);
-        self.inner.queued_texts.fetch_add(n, Ordering::AcqRel);
-        self.inner
-            .tx
-            .try_send(Job {
-                texts: misses.clone(),
-                reply,
-            })
-            .map_err(|e| {
-                self.inner.queued.fetch_sub(1, Ordering::AcqRel);
-                self.inner.queued_texts.fetch_sub(n, Ordering::AcqRel);
-                match e {
-                    mpsc::error::TrySendError::Full(_) => EmbedError::Overloaded(format!(
-                        "{} jobs are queued (model.queue_capacity)",
-                        self.inner.queued.load(Ordering::Acquire)
-                    )),
-                    mpsc::error::TrySendError::Closed(_) => self.failure(),
-                }
-            })?;
-        let got = rx.await.map_err(|_| self.failure())??;
+        let mut got = Vec::with_capacity(misses.len());
+        for rx in self.submit(&misses, false)? {
+            got.extend(rx.await.map_err(|_| self.failure())??);
+        }
         Ok(Self::merge(found, texts, &misses, got))
     }
 
@@ -496,24 +586,20 @@ impl Embedder {
             return Ok(found.into_iter().map(|v| v.expect("all hits")).collect());
         }
         self.check_failed()?;
-        let (reply, rx) = oneshot::channel();
-        let n = misses.len() as u64;
-        self.inner.queued.fetch_add(1, Ordering::AcqRel);
-        self.inner.queued_texts.fetch_add(n, Ordering::AcqRel);
-        self.inner
-            .tx
-            .blocking_send(Job {
-                texts: misses.clone(),
-                reply,
-            })
-            .map_err(|_| {
-                self.inner.queued.fetch_sub(1, Ordering::AcqRel);
-                self.inner.queued_texts.fetch_sub(n, Ordering::AcqRel);
-                self.failure()
-            })?;
-        let got = rx.blocking_recv().map_err(|_| self.failure())??;
+        let mut got = Vec::with_capacity(misses.len());
+        for rx in self.submit(&misses, true)? {
+            got.extend(rx.blocking_recv().map_err(|_| self.failure())??);
+        }
         Ok(Self::merge(found, texts, &misses, got))
     }
+}
+
+/// How many runs a batch command (`score`, `eval`, `calibrate runs`) replays at once by default
+/// with `workers` model workers: four per worker, at least 8. A run has at most one event in
+/// flight, and two events in three need no model call; four runs per worker keep one waiting
+/// for every worker that finishes a call.
+pub fn default_jobs(workers: usize) -> usize {
+    (4 * workers).max(8)
 }
 
 /// Whether the ONNX model at `path` quantizes activations at run time (`DynamicQuantizeLinear`,
@@ -523,10 +609,15 @@ impl Embedder {
 /// depend on the load. Such a model is run one text per call. The operator's name is stored as
 /// plain bytes in the file; a file that cannot be read is left to the loader to report.
 pub fn quantizes_activations_per_call(path: &Path) -> bool {
-    const OP: &[u8] = b"DynamicQuantizeLinear";
     std::fs::read(path)
-        .map(|bytes| bytes.windows(OP.len()).any(|w| w == OP))
+        .map(|bytes| has_dynamic_quantization(&bytes))
         .unwrap_or(false)
+}
+
+/// [`quantizes_activations_per_call`] of a model file's bytes.
+fn has_dynamic_quantization(onnx: &[u8]) -> bool {
+    const OP: &[u8] = b"DynamicQuantizeLinear";
+    onnx.windows(OP.len()).any(|w| w == OP)
 }
 
 /// Cosine similarity of two L2-normalised vectors (their dot product).
@@ -710,14 +801,267 @@ mod tests {
         );
     }
 
+    /// Counts the workers inside a model call at once: each call waits (up to a guard that only
+    /// bounds a failure) until `want` calls are inside together, and records the most seen.
+    struct Together {
+        inside: Arc<(Mutex<(usize, usize)>, std::sync::Condvar)>,
+        want: usize,
+        warm: bool,
+    }
+    impl EmbedBackend for Together {
+        fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            if std::mem::replace(&mut self.warm, true) {
+                let (lock, cv) = &*self.inside;
+                let mut g = lock.lock().unwrap();
+                g.0 += 1;
+                g.1 = g.1.max(g.0);
+                cv.notify_all();
+                let guard = Instant::now() + Duration::from_secs(20);
+                while g.1 < self.want && Instant::now() < guard {
+                    g = cv.wait_timeout(g, Duration::from_millis(100)).unwrap().0;
+                }
+                g.0 -= 1;
+            }
+            Ok(texts.iter().map(|t| StubBackend::vector(t)).collect())
+        }
+        fn describe(&self) -> String {
+            "together".into()
+        }
+    }
+
+    #[test]
+    fn one_requests_texts_run_on_idle_workers_at_once_when_the_model_takes_one_text_per_call() {
+        let inside = Arc::new((Mutex::new((0, 0)), std::sync::Condvar::new()));
+        let shared = Arc::clone(&inside);
+        let e = Embedder::start_workers(
+            2,
+            move |_| {
+                Ok(Box::new(Together {
+                    inside: Arc::clone(&shared),
+                    want: 2,
+                    warm: false,
+                }) as Box<dyn EmbedBackend>)
+            },
+            EmbedderOptions {
+                max_batch: 1,
+                ..EmbedderOptions::default()
+            },
+        );
+        e.wait_ready().unwrap();
+        assert_eq!(e.workers(), 2);
+        let v = e
+            .embed_blocking(&["first text".into(), "second text".into()])
+            .unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            inside.0.lock().unwrap().1,
+            2,
+            "both workers ran a call at the same time"
+        );
+    }
+
+    #[test]
+    fn workers_never_embed_the_same_text_twice() {
+        // Four workers, 64 concurrent callers asking for 8 texts: each text is embedded once,
+        // whoever asks first; the others wait for its vector or find it in the cache.
+        let counts: Arc<Mutex<std::collections::HashMap<String, usize>>> = Arc::default();
+        struct Tally(Arc<Mutex<std::collections::HashMap<String, usize>>>);
+        impl EmbedBackend for Tally {
+            fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+                let mut c = self.0.lock().unwrap();
+                for t in texts {
+                    *c.entry(t.to_string()).or_default() += 1;
+                }
+                drop(c);
+                std::thread::yield_now();
+                Ok(texts.iter().map(|t| StubBackend::vector(t)).collect())
+            }
+            fn describe(&self) -> String {
+                "tally".into()
+            }
+        }
+        let shared = Arc::clone(&counts);
+        let e = Embedder::start_workers(
+            4,
+            move |_| Ok(Box::new(Tally(Arc::clone(&shared))) as Box<dyn EmbedBackend>),
+            EmbedderOptions {
+                max_batch: 1,
+                ..EmbedderOptions::default()
+            },
+        );
+        e.wait_ready().unwrap();
+        std::thread::scope(|s| {
+            for caller in 0..64 {
+                let e = e.clone();
+                s.spawn(move || {
+                    let texts: Vec<String> = (0..8)
+                        .map(|i| format!("text {}", (i + caller) % 8))
+                        .collect();
+                    let v = e.embed_blocking(&texts).unwrap();
+                    for (t, v) in texts.iter().zip(v) {
+                        assert_eq!(&*v, StubBackend::vector(t).as_slice());
+                    }
+                });
+            }
+        });
+        let counts = counts.lock().unwrap();
+        for i in 0..8 {
+            assert_eq!(counts.get(&format!("text {i}")), Some(&1), "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn the_estimated_wait_is_the_pools() {
+        // Two workers gated until the test opens them, holding one text each, with four texts
+        // queued behind: six texts ahead at one worker's rate, shared by two workers.
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        let gate = Arc::new(Mutex::new(gate));
+        struct Gated(Arc<Mutex<std::sync::mpsc::Receiver<()>>>, bool);
+        impl EmbedBackend for Gated {
+            fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+                if std::mem::replace(&mut self.1, true) {
+                    let _ = self.0.lock().unwrap().recv();
+                }
+                Ok(texts.iter().map(|t| StubBackend::vector(t)).collect())
+            }
+            fn describe(&self) -> String {
+                "gated".into()
+            }
+        }
+        let e = Embedder::start_workers(
+            2,
+            move |_| Ok(Box::new(Gated(Arc::clone(&gate), false)) as Box<dyn EmbedBackend>),
+            EmbedderOptions {
+                max_batch: 1,
+                ..EmbedderOptions::default()
+            },
+        );
+        e.wait_ready().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let calls: Vec<_> = (0..6)
+            .map(|i| {
+                let e = e.clone();
+                rt.spawn(async move { e.embed(&[format!("text {i}")]).await })
+            })
+            .collect();
+        while e.inner.running_texts.load(Ordering::Acquire) < 2
+            || e.inner.queued_texts.load(Ordering::Acquire) < 4
+        {
+            std::thread::yield_now();
+        }
+        e.inner.nanos_per_text.store(10_000_000, Ordering::Release);
+        assert_eq!(e.estimated_wait(), Duration::from_millis(30));
+        assert!(!e.is_idle());
+        drop(open);
+        for c in calls {
+            rt.block_on(c).unwrap().unwrap();
+        }
+    }
+
+    #[test]
+    fn each_worker_reports_the_memory_it_took_to_load() {
+        // A backend holding 64 MiB it has written to (resident, not just reserved).
+        struct Heavy(#[allow(dead_code)] Vec<u8>);
+        let e = Embedder::start_workers(
+            2,
+            |_| Ok(Box::new(Heavy(vec![1u8; 64 << 20])) as Box<dyn EmbedBackend>),
+            EmbedderOptions::default(),
+        );
+        impl EmbedBackend for Heavy {
+            fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+                Ok(texts.iter().map(|t| StubBackend::vector(t)).collect())
+            }
+            fn describe(&self) -> String {
+                "heavy".into()
+            }
+        }
+        e.wait_ready().unwrap();
+        if cfg!(target_os = "linux") {
+            let each = e.memory_per_worker().expect("measured on Linux");
+            assert!(each >= 48 << 20, "{} MiB per worker", each >> 20);
+        }
+    }
+
+    #[test]
+    fn a_worker_that_fails_to_load_leaves_the_others_serving_and_none_is_an_error() {
+        let e = Embedder::start_workers(
+            3,
+            |i| {
+                if i == 1 {
+                    Err(EmbedError::Model("out of memory".into()))
+                } else {
+                    Ok(Box::new(StubBackend) as Box<dyn EmbedBackend>)
+                }
+            },
+            EmbedderOptions::default(),
+        );
+        e.wait_ready().unwrap();
+        assert_eq!(e.workers(), 2);
+        assert_eq!(e.embed_blocking(&["a text".into()]).unwrap().len(), 1);
+        let none = Embedder::start_workers(
+            2,
+            |_| Err(EmbedError::Model("out of memory".into())),
+            EmbedderOptions::default(),
+        );
+        assert_eq!(
+            none.wait_ready(),
+            Err(EmbedError::Model("out of memory".into()))
+        );
+        assert!(none.embed_blocking(&["a text".into()]).is_err());
+    }
+
+    #[test]
+    fn the_workers_stop_and_free_their_model_when_the_last_handle_goes() {
+        struct Dropped(std::sync::mpsc::Sender<()>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                let _ = self.0.send(());
+            }
+        }
+        impl EmbedBackend for Dropped {
+            fn embed_batch(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+                Ok(texts.iter().map(|t| StubBackend::vector(t)).collect())
+            }
+            fn describe(&self) -> String {
+                "dropped".into()
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = Mutex::new(tx);
+        let e = Embedder::start_workers(
+            2,
+            move |_| Ok(Box::new(Dropped(tx.lock().unwrap().clone())) as Box<dyn EmbedBackend>),
+            EmbedderOptions::default(),
+        );
+        e.wait_ready().unwrap();
+        let clone = e.clone();
+        drop(e);
+        assert!(rx.try_recv().is_err(), "a clone still holds the workers");
+        drop(clone);
+        for _ in 0..2 {
+            rx.recv_timeout(Duration::from_secs(30))
+                .expect("each worker dropped its model");
+        }
+    }
+
+    #[test]
+    fn default_jobs_keep_every_worker_fed() {
+        assert_eq!(default_jobs(1), 8);
+        assert_eq!(default_jobs(2), 8);
+        assert_eq!(default_jobs(16), 64);
+    }
+
     #[test]
     fn chunks_respect_count_and_token_budget() {
         let long = "x".repeat(300); // ~102 tokens
         let texts: Vec<&str> = vec!["a", "b", "c", &long, &long, &long];
-        let c = model_thread::chunks(&texts, 64, 250);
+        let c = workers::chunks(&texts, 64, 250);
         let sizes: Vec<usize> = c.iter().map(|c| c.len()).collect();
         assert_eq!(sizes, [3, 2, 1]);
-        let c = model_thread::chunks(&texts, 2, 100_000);
+        let c = workers::chunks(&texts, 2, 100_000);
         let sizes: Vec<usize> = c.iter().map(|c| c.len()).collect();
         // "c" alone: padded to a long text it would cost 50 times its tokens.
         assert_eq!(sizes, [2, 1, 2, 1]);
@@ -729,13 +1073,13 @@ mod tests {
         // budget, so no text is padded to more than 5/4 of the call's tokens.
         let (mid, long) = ("m".repeat(84), "x".repeat(474));
         let texts: Vec<&str> = vec!["ls -la", &mid, &mid, &long, &long];
-        let c = model_thread::chunks(&texts, 64, 100_000);
+        let c = workers::chunks(&texts, 64, 100_000);
         let sizes: Vec<usize> = c.iter().map(|c| c.len()).collect();
         assert_eq!(sizes, [1, 2, 2]);
         // Texts of about one length still share a call.
         let near: Vec<String> = (0..40).map(|i| "y".repeat(300 + i)).collect();
         let near: Vec<&str> = near.iter().map(String::as_str).collect();
-        assert_eq!(model_thread::chunks(&near, 64, 100_000).len(), 1);
+        assert_eq!(workers::chunks(&near, 64, 100_000).len(), 1);
     }
 
     #[test]

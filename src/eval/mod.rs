@@ -109,7 +109,7 @@ pub enum JudgeMode {
 /// How an evaluation runs.
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
-    /// Runs scored concurrently (they share the model thread, which batches their texts).
+    /// Runs scored concurrently (their texts shared among the model workers, which batch them).
     pub jobs: usize,
     pub judge: JudgeMode,
     /// Stratified folds (at least 2), or none.

@@ -125,7 +125,7 @@ pub fn read_runs(path: &Path) -> Result<Vec<LabelledRun>, CalibrateError> {
 /// How `calibrate runs` runs.
 #[derive(Debug, Clone)]
 pub struct RunsOptions {
-    /// Runs scored concurrently (they share the model thread, which batches their texts).
+    /// Runs scored concurrently (their texts shared among the model workers, which batch them).
     pub jobs: usize,
     /// A recommended point's false-alarm rate is at most the sweep's lowest plus this: false
     /// alarms no swept setting removes (exact repeats, label noise) are not held against any

@@ -431,6 +431,22 @@ impl Collector for LiveStats {
             None,
             ready.metric_type(),
         )?)?;
+        let workers = ConstGauge::new(self.embedder.workers() as i64);
+        workers.encode(encoder.encode_descriptor(
+            "model_workers",
+            "Model workers serving (ONNX Runtime sessions, model.workers)",
+            None,
+            workers.metric_type(),
+        )?)?;
+        if let Some(bytes) = self.embedder.memory_per_worker() {
+            let memory = ConstGauge::new(bytes as i64);
+            memory.encode(encoder.encode_descriptor(
+                "model_worker_memory_bytes",
+                "Resident memory each model worker added while loading (session, weights, warm-up)",
+                None,
+                memory.metric_type(),
+            )?)?;
+        }
         if let Some(j) = self.engine.judge_stats() {
             for (name, help, value) in [
                 (
