@@ -54,7 +54,7 @@ def test_a_reviewer_repeating_one_comment_on_unchanged_code_is_stopped(
     assert acted == [(9, "warn"), (12, "pivot"), (15, "pause")], [
         (s.sender, s.verdict.reason) for s in seen
     ]
-    assert {seen[i].verdict.rule for i, _ in acted} == {"collaboration.asked_again"}
+    assert {seen[i].verdict.rule for i, _ in acted} == {"collaboration.unchanged_artifact"}
     # The warning and the directive are messages the next speaker, the coder, read before its
     # next turn (and ignored: it is stubborn).
     warning, directive = seen[9].verdict.action.message, seen[12].verdict.action.message
