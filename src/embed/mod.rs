@@ -138,9 +138,21 @@ struct Inner {
     /// bytes; 0 where it cannot be measured.
     memory_per_worker: AtomicU64,
     failure: OnceLock<EmbedError>,
+    /// Notified once `state` leaves LOADING (ready or failed): [`Embedder::wait_ready`] sleeps on
+    /// it instead of polling.
+    settled: (Mutex<bool>, Condvar),
     description: OnceLock<String>,
     /// The embedding cache on disk (batch commands only), opened once the workers have loaded.
     disk: OnceLock<Mutex<DiskCache>>,
+}
+
+impl Inner {
+    /// Wakes every [`Embedder::wait_ready`]: call after `state` is READY or FAILED.
+    fn announce_settled(&self) {
+        let (lock, cvar) = &self.settled;
+        *lock.lock().expect("model readiness lock") = true;
+        cvar.notify_all();
+    }
 }
 
 /// Closes the queue when the last handle goes: the workers then stop, and their sessions'
@@ -259,6 +271,7 @@ impl Embedder {
             wait_target: opts.queue_wait_target,
             memory_per_worker: AtomicU64::new(0),
             failure: OnceLock::new(),
+            settled: (Mutex::new(false), Condvar::new()),
             description: OnceLock::new(),
             disk: OnceLock::new(),
         });
@@ -374,12 +387,15 @@ impl Embedder {
 
     /// Block until the model is loaded (or failed to load).
     pub fn wait_ready(&self) -> Result<(), EmbedError> {
-        loop {
-            match self.inner.state.load(Ordering::Acquire) {
-                READY => return Ok(()),
-                FAILED => return Err(self.failure()),
-                _ => std::thread::sleep(Duration::from_millis(5)),
-            }
+        let (lock, cvar) = &self.inner.settled;
+        let settled = lock.lock().expect("model readiness lock");
+        drop(
+            cvar.wait_while(settled, |settled| !*settled)
+                .expect("model readiness lock"),
+        );
+        match self.inner.state.load(Ordering::Acquire) {
+            READY => Ok(()),
+            _ => Err(self.failure()),
         }
     }
 

@@ -263,6 +263,7 @@ fn finish_loading(l: &Loading, description: Option<String>, inner: &Inner, setti
         tracing::error!(error = %e, "embedding model failed to load");
         let _ = inner.failure.set(e.clone());
         inner.state.store(FAILED, Ordering::Release);
+        inner.announce_settled();
         // Answer whatever is queued: callers get the load error.
         for job in inner.queue.close() {
             let _ = job.reply.send(Err(e.clone()));
@@ -289,6 +290,7 @@ fn finish_loading(l: &Loading, description: Option<String>, inner: &Inner, setti
     ));
     inner.workers.store(l.loaded, Ordering::Release);
     inner.state.store(READY, Ordering::Release);
+    inner.announce_settled();
     if l.error.is_some() {
         tracing::warn!(
             workers = l.loaded,
