@@ -254,6 +254,11 @@ pub struct Entry {
     /// ([`crate::detect::collaboration::courtesies`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub courtesy: bool,
+    /// Responses only: the cosine to the closest earlier response in the window (1 for the same
+    /// words), kept so a request that comes back can be asked whether its answers said anything
+    /// new ([`crate::detect::collaboration`]): a reply reworded each time brings nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closest_earlier: Option<f32>,
 }
 
 impl Entry {

@@ -136,10 +136,10 @@ impl<'a> Request<'a> {
     /// earlier (a failure outside the agent's control, and anything the sender did, aside)? A
     /// request that comes back after answers that brought nothing new is asked again because
     /// nothing moved.
-    fn moved(&self, state: &TaskState, older: u64, newer: u64) -> bool {
+    fn moved(&self, state: &TaskState, older: u64, newer: u64, returning: f32) -> bool {
         between(state, older, newer)
             .filter(|e| author(e) != Some(self.from))
-            .any(|e| brought_news(state, e))
+            .any(|e| brought_news(state, e, returning))
     }
 }
 
@@ -153,10 +153,20 @@ fn between(state: &TaskState, older: u64, newer: u64) -> impl Iterator<Item = &E
 /// For a work pattern that repeats (a cycle): did the answer to the request at `newer` (a
 /// message), since its counterpart at `older`, bring anything new? A person or an agent repeating
 /// a request answered with news each time is following the work, not circling.
-pub fn answered_with_news(state: &TaskState, newer: &Entry, older: u64) -> bool {
+pub fn answered_with_news(
+    cfg: &DetectConfig,
+    state: &TaskState,
+    newer: &Entry,
+    older: u64,
+) -> bool {
     message(&newer.body).is_some_and(|m| {
         let r = Request::of(state, &m);
-        r.moved(state, older, newer.seq)
+        r.moved(
+            state,
+            older,
+            newer.seq,
+            cfg.collaboration.returning_similarity,
+        )
     })
 }
 
@@ -189,8 +199,10 @@ fn is_group(state: &TaskState, name: &str) -> bool {
 /// Did an event bring anything new (see [`Request::moved`])? An event the identity links found
 /// the same as an earlier one did not; nor did a short protocol turn said before in the same
 /// words ("OK", "Too high."; said for the first time, "62" is a move), nor a call that failed
-/// with the error lines an earlier call ended in (it learned nothing the task did not know).
-fn brought_news(state: &TaskState, e: &Entry) -> bool {
+/// with the error lines an earlier call ended in (it learned nothing the task did not know),
+/// nor a response as close to an earlier one as a returning request is to itself (`returning`):
+/// the same reply reworded, to a request that came back, is no answer to it.
+fn brought_news(state: &TaskState, e: &Entry, returning: f32) -> bool {
     let fresh = e.same_as.is_empty();
     match &e.body {
         EntryBody::Collaboration {
@@ -232,7 +244,7 @@ fn brought_news(state: &TaskState, e: &Entry) -> bool {
             }
         }
         EntryBody::Failure { external, .. } => fresh && !external,
-        EntryBody::Response { .. } => fresh,
+        EntryBody::Response { .. } => fresh && e.closest_earlier.is_none_or(|c| c < returning),
         EntryBody::Progress { .. } => true,
         _ => false,
     }
@@ -329,7 +341,10 @@ pub fn unchanged_artifact(ctx: &Ctx<'_>) -> Option<Finding> {
 pub fn asked_again(ctx: &Ctx<'_>) -> Option<Finding> {
     let Rounds { m, back, seqs, r } = answered_rounds(ctx)?;
     // Asked again after answers that brought nothing new: nothing moved.
-    let idle = seqs.windows(2).find(|w| !r.moved(ctx.state, w[0], w[1]))?;
+    let returning = ctx.cfg.collaboration.returning_similarity;
+    let idle = seqs
+        .windows(2)
+        .find(|w| !r.moved(ctx.state, w[0], w[1], returning))?;
     let newest = back[0];
     let listed: Vec<String> = seqs[..seqs.len() - 1].iter().map(u64::to_string).collect();
     let mut f = Finding::new(

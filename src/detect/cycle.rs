@@ -74,7 +74,7 @@ fn requests_answered_with_news(ctx: &Ctx<'_>, block: &[&Entry], p: usize, work: 
     let n = work.len();
     block.iter().enumerate().any(|(i, e)| {
         let back = work[n - block.len() + i - p];
-        super::collaboration::answered_with_news(ctx.state, e, back.seq)
+        super::collaboration::answered_with_news(ctx.cfg, ctx.state, e, back.seq)
     })
 }
 

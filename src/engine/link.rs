@@ -118,6 +118,14 @@ impl Engine {
                 .map(|l| l.seq)
                 .collect();
             entry.novel = entry.is_work() && !entry.is_passive() && entry.same_as.is_empty();
+            if matches!(entry.body, crate::state::EntryBody::Response { .. }) {
+                entry.closest_earlier = pass
+                    .links
+                    .iter()
+                    .filter(|l| !l.stale)
+                    .filter_map(|l| if l.text.is_exact() { Some(1.0) } else { l.cos })
+                    .reduce(f32::max);
+            }
         });
         Ok(())
     }

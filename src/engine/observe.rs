@@ -439,6 +439,7 @@ pub fn observe(
             same_as: Vec::new(),
             novel: false,
             courtesy: false,
+            closest_earlier: None,
         },
         metrics: metrics.map(|(source, metrics)| MetricsObs {
             seq,

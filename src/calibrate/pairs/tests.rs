@@ -197,6 +197,7 @@ fn calibration_measures_the_engines_own_rule() {
             same_as: Vec::new(),
             novel: false,
             courtesy: false,
+            closest_earlier: None,
         }
     };
     let mut checked = 0;

@@ -369,6 +369,8 @@ pub struct PushedEntry {
     pub novel: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub courtesy: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closest_earlier: Option<f32>,
 }
 
 impl PushedEntry {
@@ -383,6 +385,7 @@ impl PushedEntry {
                 same_as,
                 novel,
                 courtesy,
+                closest_earlier,
             } = e;
             let body_of = before
                 .iter()
@@ -399,6 +402,7 @@ impl PushedEntry {
                 same_as: same_as.clone(),
                 novel: *novel,
                 courtesy: *courtesy,
+                closest_earlier: *closest_earlier,
             });
         }
         out
@@ -427,6 +431,7 @@ impl PushedEntry {
                 same_as: p.same_as,
                 novel: p.novel,
                 courtesy: p.courtesy,
+                closest_earlier: p.closest_earlier,
             });
         }
         Ok(out)
