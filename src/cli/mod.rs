@@ -86,8 +86,9 @@ pub enum Command {
     /// model's vectors are kept on disk (`[model] disk_cache`): a re-run embeds only new texts.
     Eval(eval::EvalArgs),
     /// List the detection rules and judge questions in priority order: id, outcome (loop or
-    /// question), kinds, what each says and the settings it reads (Markdown; `--json` for JSON).
-    /// Verdicts name their rule in `rule`; `detect.rules_off` switches rules off by id.
+    /// question), kinds, what each says, the settings it reads and what it needs computed first (an
+    /// embedding round of its own, run only while a rule needing it is on) (Markdown; `--json` for
+    /// JSON). Verdicts name their rule in `rule`; `detect.rules_off` switches rules off by id.
     Rules {
         /// JSON lines instead of a Markdown table.
         #[arg(long)]
@@ -137,6 +138,7 @@ fn rules_listing(json: bool) -> String {
                 "kinds": r.kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
                 "statement": r.statement,
                 "settings": r.settings,
+                "computed_first": r.inputs.iter().map(|i| i.as_str()).collect::<Vec<_>>(),
             })
             .to_string()
                 + "\n"

@@ -449,6 +449,26 @@ pub fn compare_slots(
     }
 }
 
+/// What the links say of the new entry, written on it for the rules and for later events: the
+/// earlier entries it is the same as, whether it is new work, and, for a response, how close it
+/// came to the closest earlier one (a later request that comes back asks whether its answers
+/// said anything new).
+pub fn settle_identity(entry: &mut Entry, links: &[Link]) {
+    entry.same_as = links
+        .iter()
+        .filter(|l| l.same && !l.stale)
+        .map(|l| l.seq)
+        .collect();
+    entry.novel = entry.is_work() && !entry.is_passive() && entry.same_as.is_empty();
+    if matches!(entry.body, EntryBody::Response { .. }) {
+        entry.closest_earlier = links
+            .iter()
+            .filter(|l| !l.stale)
+            .filter_map(|l| if l.text.is_exact() { Some(1.0) } else { l.cos })
+            .reduce(f32::max);
+    }
+}
+
 /// Compare the new event with every comparable window entry, oldest first.
 pub fn links(cfg: &DetectConfig, state: &TaskState, e: &Entry) -> Vec<Link> {
     let grey = cfg.similarity.grey_band;

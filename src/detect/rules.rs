@@ -42,7 +42,39 @@ pub struct Rule {
     pub statement: &'static str,
     /// The configuration keys it reads.
     pub settings: &'static [&'static str],
+    /// What it needs computed before the table runs, beyond the links every rule reads.
+    pub inputs: &'static [Input],
     pub check: Check,
+}
+
+/// Something a rule needs computed for the new event before the table runs, beyond the identity
+/// links every rule reads: each costs the link stage an embedding round of its own, which it
+/// runs only when a rule that is on ([`wants`]) declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// The changes between runs of a failing step, compared by cosine ([`Ctx::change_cosines`]).
+    ChangeCosines,
+    /// Whether a short turn is a courtesy, compared with the courtesies
+    /// ([`crate::state::Entry::courtesy`]).
+    CourtesyTurns,
+}
+
+impl Input {
+    pub const ALL: [Input; 2] = [Input::ChangeCosines, Input::CourtesyTurns];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Input::ChangeCosines => "the changes between runs compared (an embedding round)",
+            Input::CourtesyTurns => "short turns compared with courtesies (an embedding round)",
+        }
+    }
+}
+
+/// Does a rule that is on (not in `detect.rules_off`) need `input`?
+pub fn wants(cfg: &crate::config::DetectConfig, input: Input) -> bool {
+    RULES
+        .iter()
+        .any(|r| r.inputs.contains(&input) && !cfg.rules_off.iter().any(|id| id == r.id))
 }
 
 impl Rule {
@@ -62,6 +94,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::Budget],
         statement: "the task's event count passed its budget; nothing resets it",
         settings: &["detect.budget.max_events"],
+        inputs: &[],
         check: Check::Loop(budget::detect),
     },
     Rule {
@@ -69,6 +102,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::ContentLoop],
         statement: "one response, or the stream of its chunks, repeats a sentence, a block or a run of words back to back",
         settings: &["detect.content.*"],
+        inputs: &[],
         check: Check::Loop(content::detect),
     },
     Rule {
@@ -76,6 +110,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::Regression],
         statement: "test results from one source got worse on each of the last attempts, even when the errors differ",
         settings: &["detect.regression.attempts"],
+        inputs: &[],
         check: Check::Loop(regression::detect),
     },
     Rule {
@@ -83,6 +118,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::CollaborationLoop],
         statement: "agent A asks agent B what it asked before, reworded or not, with no answer between",
         settings: &["detect.similarity.collaboration", "detect.repeats.collaboration", "detect.collaboration.protocol_words"],
+        inputs: &[],
         check: Check::Loop(collaboration::detect),
     },
     Rule {
@@ -90,6 +126,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::CollaborationLoop],
         statement: "agent A delivers agent B the same artifacts, every one unchanged, again and again with no answer between",
         settings: &["detect.collaboration.occurrences"],
+        inputs: &[],
         check: Check::Loop(collaboration::resent_artifact),
     },
     Rule {
@@ -97,6 +134,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::CollaborationLoop],
         statement: "a request answered each time keeps coming back, at least once with no artifact changed since it was last made",
         settings: &["detect.collaboration.occurrences", "detect.collaboration.returning_similarity"],
+        inputs: &[],
         check: Check::Loop(collaboration::unchanged_artifact),
     },
     Rule {
@@ -104,6 +142,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::CollaborationLoop],
         statement: "a request answered each time keeps coming back, at least once after answers that brought nothing new",
         settings: &["detect.collaboration.occurrences", "detect.collaboration.returning_similarity"],
+        inputs: &[],
         check: Check::Loop(collaboration::asked_again),
     },
     Rule {
@@ -111,6 +150,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::CollaborationLoop],
         statement: "short turns trading courtesies (thanks, goodbye, anything else?) one after another from two parties or more, nothing else said or done",
         settings: &["detect.collaboration.courtesy_similarity", "detect.collaboration.occurrences"],
+        inputs: &[Input::CourtesyTurns],
         check: Check::Loop(collaboration::courtesies),
     },
     Rule {
@@ -118,6 +158,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::Cycle],
         statement: "the last p work events repeat the p before them (periods min_period..=max_period), exactly or reworded",
         settings: &["detect.cycles.min_period", "detect.cycles.max_period", "detect.cycles.repetitions", "detect.cycles.occurrences"],
+        inputs: &[],
         check: Check::Loop(cycle::period),
     },
     Rule {
@@ -125,6 +166,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::Cycle],
         statement: "a longer block of work replayed in order, caught a few steps in (sooner when the steps re-hit the block's dead ends)",
         settings: &["detect.cycles.replay_max_period", "detect.cycles.replay_streak", "detect.cycles.replay_streak_at_a_dead_end"],
+        inputs: &[],
         check: Check::Loop(cycle::replay_rule),
     },
     Rule {
@@ -132,6 +174,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::ExactRepeat, K::SemanticRepeat],
         statement: "a failure matches an earlier one, exactly, normalised or reworded",
         settings: &["detect.similarity.failure", "detect.repeats.failure"],
+        inputs: &[],
         check: Check::Loop(repeat::failure),
     },
     Rule {
@@ -139,6 +182,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::ExactRepeat, K::SemanticRepeat],
         statement: "a tool call and its result match earlier ones, near-consecutive, with no new work between",
         settings: &["detect.similarity.tool_call", "detect.similarity.result", "detect.repeats.tool_call", "detect.repeats.max_between", "detect.repeats.new_work_breaks"],
+        inputs: &[],
         check: Check::Loop(repeat::tool_call),
     },
     Rule {
@@ -146,6 +190,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::ExactRepeat],
         statement: "the same call run again right after the last, its output only more copies of lines it printed then: its effect piled up",
         settings: &[],
+        inputs: &[],
         check: Check::Loop(repeat::piled_up),
     },
     Rule {
@@ -153,6 +198,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::ExactRepeat, K::SimilarResponse],
         statement: "a response says what the last responses said (by default each of the last three), with no new work between",
         settings: &["detect.similarity.response", "detect.repeats.response", "detect.responses.window", "detect.repeats.new_work_breaks"],
+        inputs: &[],
         check: Check::Loop(response::detect),
     },
     Rule {
@@ -160,6 +206,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::ResultRepeat],
         statement: "calls in a row each find nothing and say so alike, apart from what they asked (another name, a rewording); not when each search widens the one before",
         settings: &["detect.repeats.negative_result", "detect.repeats.nothing_found_alike", "detect.dead_ends.attempt_similarity"],
+        inputs: &[],
         check: Check::Loop(negative::nothing_found_alike_rule),
     },
     Rule {
@@ -167,6 +214,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError, K::ResultRepeat],
         statement: "calls, however varied, keep ending in the same error or the same \"nothing found\" (unless each search widens the one before)",
         settings: &["detect.similarity.result", "detect.repeats.negative_result", "detect.repeats.max_between", "detect.repeats.new_work_breaks"],
+        inputs: &[],
         check: Check::Loop(negative::in_a_row),
     },
     Rule {
@@ -174,6 +222,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::ResultRepeat],
         statement: "calls worded differently find the same thing, their results differing only where they quote their own query",
         settings: &["detect.dead_ends.span_window", "detect.repeats.tool_call"],
+        inputs: &[],
         check: Check::Loop(finding::detect),
     },
     Rule {
@@ -181,6 +230,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError, K::ResultRepeat],
         statement: "the same attempt, reworded or not, ends in the same error lines, nearly consecutively",
         settings: &["detect.dead_ends.occurrences", "detect.dead_ends.same_attempt_window", "detect.dead_ends.attempt_similarity"],
+        inputs: &[],
         check: Check::Loop(dead_end::same_attempt_rule),
     },
     Rule {
@@ -188,6 +238,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError, K::ResultRepeat],
         statement: "an attempt already rejected is sent again after variants rejected the same way",
         settings: &["detect.dead_ends.occurrences", "detect.dead_ends.same_attempt_window"],
+        inputs: &[],
         check: Check::Loop(dead_end::back_to_rejected),
     },
     Rule {
@@ -195,6 +246,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError, K::ResultRepeat],
         statement: "attempts in a row all end in the same error (some in more besides), one of them re-sent after it was rejected",
         settings: &["detect.dead_ends.occurrences", "detect.window"],
+        inputs: &[],
         check: Check::Loop(dead_end::resent_in_a_row),
     },
     Rule {
@@ -202,6 +254,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError],
         statement: "calls in a row are refused as written (a syntax error, an unknown option) with the same refusal: none of them ran",
         settings: &["detect.dead_ends.occurrences", "detect.window"],
+        inputs: &[],
         check: Check::Loop(dead_end::refused_as_written),
     },
     Rule {
@@ -209,6 +262,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError, K::ResultRepeat],
         statement: "one step fails exactly the same way with only rewordings of one change between its runs",
         settings: &["detect.dead_ends.occurrences", "detect.dead_ends.span_window", "detect.dead_ends.change_similarity"],
+        inputs: &[Input::ChangeCosines],
         check: Check::Loop(dead_end::reworded_change),
     },
     Rule {
@@ -216,6 +270,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError],
         statement: "one step fails with the same kind of error, each time about the name the change before it tried",
         settings: &["detect.dead_ends.occurrences", "detect.dead_ends.span_window"],
+        inputs: &[],
         check: Check::Loop(dead_end::guesses_by_name),
     },
     Rule {
@@ -223,6 +278,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError],
         statement: "the very same call fails with the very same error lines, as written, again and again with other work between",
         settings: &["detect.dead_ends.unmoved_reruns", "detect.dead_ends.span_window"],
+        inputs: &[],
         check: Check::Loop(dead_end::unmoved_reruns_rule),
     },
     Rule {
@@ -230,6 +286,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::StepLimit],
         statement: "a workflow step is entered more often than its limit",
         settings: &["detect.steps.*"],
+        inputs: &[],
         check: Check::Loop(steps::detect),
     },
     Rule {
@@ -237,6 +294,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::TransitionCycle],
         statement: "the same sequence of step transitions repeats",
         settings: &["detect.transitions.*"],
+        inputs: &[],
         check: Check::Loop(transitions::detect),
     },
     Rule {
@@ -244,6 +302,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SemanticRepeat],
         statement: "the best match is just below its threshold and a match would have made a loop",
         settings: &["detect.similarity.grey_band"],
+        inputs: &[],
         check: Check::Ask(questions::grey_band),
     },
     Rule {
@@ -251,6 +310,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError],
         statement: "different attempts in a row end in the same error: ruling options out, or stuck?",
         settings: &["detect.dead_ends.occurrences"],
+        inputs: &[],
         check: Check::Ask(questions::different_attempts),
     },
     Rule {
@@ -258,6 +318,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError],
         statement: "the same step fails the same way, as written, its output otherwise unchanged, after different changes",
         settings: &["detect.dead_ends.occurrences", "detect.dead_ends.span_window"],
+        inputs: &[Input::ChangeCosines],
         check: Check::Ask(questions::different_changes),
     },
     Rule {
@@ -265,6 +326,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SemanticRepeat, K::Cycle],
         statement: "the very same calls redone with outputs that barely moved: a poll, or a step redone for nothing?",
         settings: &["judge.redone_result_overlap", "detect.cycles.max_period"],
+        inputs: &[],
         check: Check::Ask(questions::redone_calls),
     },
     Rule {
@@ -272,6 +334,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::SameError],
         statement: "calls time out again and again within the dead-end window, whatever was between",
         settings: &["judge.ask_after_timeouts", "detect.dead_ends.span_window"],
+        inputs: &[],
         check: Check::Ask(questions::timeouts),
     },
     Rule {
@@ -279,6 +342,7 @@ pub static RULES: &[Rule] = &[
         kinds: &[K::Regression],
         statement: "failures in a row with no objective progress signal: moving toward the goal?",
         settings: &["judge.ask_after_failures"],
+        inputs: &[],
         check: Check::Ask(questions::failures_in_a_row),
     },
 ];
@@ -326,22 +390,25 @@ pub fn run(ctx: &Ctx<'_>) -> Option<Hit> {
     None
 }
 
-/// The table as Markdown: id, kinds, statement, settings (docs/DETECTION.md's rule table).
+/// The table as Markdown: id, kinds, statement, settings, inputs (docs/DETECTION.md's rule
+/// table).
 pub fn markdown() -> String {
     let mut out = String::from(
-        "| # | rule | outcome | kinds | what it says | settings |\n|---|---|---|---|---|---|\n",
+        "| # | rule | outcome | kinds | what it says | settings | computed first |\n|---|---|---|---|---|---|---|\n",
     );
     for (i, r) in RULES.iter().enumerate() {
         let kinds: Vec<&str> = r.kinds.iter().map(|k| k.as_str()).collect();
         let settings: Vec<String> = r.settings.iter().map(|s| format!("`{s}`")).collect();
+        let inputs: Vec<&str> = r.inputs.iter().map(|i| i.as_str()).collect();
         out.push_str(&format!(
-            "| {} | `{}` | {} | {} | {} | {} |\n",
+            "| {} | `{}` | {} | {} | {} | {} | {} |\n",
             i + 1,
             r.id,
             if r.is_question() { "question" } else { "loop" },
             kinds.join(", "),
             r.statement,
-            settings.join(", ")
+            settings.join(", "),
+            inputs.join(", ")
         ));
     }
     out.push_str("\n| setting every rule shares | what it does |\n|---|---|\n");
@@ -402,6 +469,29 @@ mod tests {
                 declared.iter().any(|d| covers(d, k)),
                 "`{k}` is in loopguard.toml but no rule declares it (src/detect/rules.rs: the \
                  `settings` of the rules that read it, or ENGINE_SETTINGS when every rule does)"
+            );
+        }
+    }
+
+    #[test]
+    fn every_input_is_declared_by_a_rule_and_skipped_when_they_are_all_off() {
+        use super::{wants, Input};
+        for input in Input::ALL {
+            let declaring: Vec<String> = RULES
+                .iter()
+                .filter(|r| r.inputs.contains(&input))
+                .map(|r| r.id.to_string())
+                .collect();
+            assert!(!declaring.is_empty(), "{input:?} is declared by no rule");
+            let mut cfg = crate::config::Config::default().detect;
+            assert!(wants(&cfg, input));
+            // One declaring rule on is enough for the round to run.
+            cfg.rules_off = declaring[1..].to_vec();
+            assert!(wants(&cfg, input), "{input:?} with {} on", declaring[0]);
+            cfg.rules_off = declaring;
+            assert!(
+                !wants(&cfg, input),
+                "{input:?} with every rule needing it off"
             );
         }
     }

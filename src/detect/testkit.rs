@@ -69,7 +69,11 @@ impl Scene {
                 .map(|(seq, a, b)| (seq, crate::embed::cosine(&stub(&a), &stub(&b))))
                 .collect();
         if let Some(text) =
-            super::collaboration::courtesy_candidate(&self.cfg.detect, &self.state, &entry)
+            super::rules::wants(&self.cfg.detect, super::rules::Input::CourtesyTurns)
+                .then(|| {
+                    super::collaboration::courtesy_candidate(&self.cfg.detect, &self.state, &entry)
+                })
+                .flatten()
         {
             let v = stub(text);
             let best = crate::engine::link::courtesy_texts(self.cfg.model.max_text_chars)
@@ -80,12 +84,7 @@ impl Scene {
         }
         let mut links = matching::links(&self.cfg.detect, &self.state, &entry);
         matching::compare_slots(&self.cfg.detect, entry.body.channel(), &mut links, &slots);
-        entry.same_as = links
-            .iter()
-            .filter(|l| l.same && !l.stale)
-            .map(|l| l.seq)
-            .collect();
-        entry.novel = entry.is_work() && !entry.is_passive() && entry.same_as.is_empty();
+        matching::settle_identity(&mut entry, &links);
         let transition_to = match &entry.body {
             EntryBody::Transition { to, .. } => Some(to.clone()),
             _ => None,
@@ -103,10 +102,14 @@ impl Scene {
             self.state.add_progress(seq, reason);
         }
         let change_cosines =
-            super::dead_end::changes_to_compare(&self.cfg.detect.dead_ends, &self.state, &entry)
-                .into_iter()
-                .map(|(a, b, ta, tb)| (a, b, crate::embed::cosine(&stub(&ta), &stub(&tb))))
-                .collect();
+            if super::rules::wants(&self.cfg.detect, super::rules::Input::ChangeCosines) {
+                super::dead_end::changes_to_compare(&self.cfg.detect.dead_ends, &self.state, &entry)
+                    .into_iter()
+                    .map(|(a, b, ta, tb)| (a, b, crate::embed::cosine(&stub(&ta), &stub(&tb))))
+                    .collect()
+            } else {
+                Vec::new()
+            };
         Probe {
             entry,
             links,

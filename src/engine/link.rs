@@ -5,6 +5,7 @@
 
 use super::{Engine, EngineError, Pass};
 use crate::detect::matching::{self, Part};
+use crate::detect::rules::{self, Input};
 use crate::state::TaskState;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -42,8 +43,11 @@ impl Engine {
         }
         // The span rule asks whether the changes between runs of a failing step are one change
         // reworded: compare what differs between them (a fourth round, rare).
-        let pairs =
-            crate::detect::dead_end::changes_to_compare(&detect.dead_ends, state, &pass.entry);
+        let pairs = if rules::wants(detect, Input::ChangeCosines) {
+            crate::detect::dead_end::changes_to_compare(&detect.dead_ends, state, &pass.entry)
+        } else {
+            Vec::new()
+        };
         if !pairs.is_empty() {
             let texts: Vec<String> = pairs
                 .iter()
@@ -83,8 +87,9 @@ impl Engine {
         }
         // A short turn: is it a courtesy (thanks, goodbye)? Compared with the courtesies, which
         // the embedding cache keeps after the first time.
-        if let Some(text) =
-            crate::detect::collaboration::courtesy_candidate(detect, state, &pass.entry)
+        if let Some(text) = rules::wants(detect, Input::CourtesyTurns)
+            .then(|| crate::detect::collaboration::courtesy_candidate(detect, state, &pass.entry))
+            .flatten()
         {
             let mut texts = vec![text.to_string()];
             texts.extend(courtesy_texts(self.cfg.model.max_text_chars));
@@ -110,22 +115,7 @@ impl Engine {
                 &mut pass.links,
                 &slot_cosines,
             );
-            let entry = &mut pass.entry;
-            entry.same_as = pass
-                .links
-                .iter()
-                .filter(|l| l.same && !l.stale)
-                .map(|l| l.seq)
-                .collect();
-            entry.novel = entry.is_work() && !entry.is_passive() && entry.same_as.is_empty();
-            if matches!(entry.body, crate::state::EntryBody::Response { .. }) {
-                entry.closest_earlier = pass
-                    .links
-                    .iter()
-                    .filter(|l| !l.stale)
-                    .filter_map(|l| if l.text.is_exact() { Some(1.0) } else { l.cos })
-                    .reduce(f32::max);
-            }
+            matching::settle_identity(&mut pass.entry, &pass.links);
         });
         Ok(())
     }
