@@ -16,7 +16,7 @@ use loopguard::store::{conformance, Store, StoreError};
 use loopguard::verdict::{LoopKind, Resolution};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -395,13 +395,64 @@ struct Sent {
 /// to each replica, and going on until `until` is set when it is given (so a fault injected
 /// while it runs always meets load, however fast the machine). Requests refused with
 /// Retry-After wait that long.
+/// How far a running load has got: the test waits on what the writers have seen (events
+/// acknowledged, refused, lost) instead of sleeping, and tells them when to stop.
+#[derive(Default)]
+struct Progress {
+    stop: AtomicBool,
+    acked: AtomicUsize,
+    refused: AtomicUsize,
+    lost: AtomicUsize,
+    changed: tokio::sync::Notify,
+}
+
+impl Progress {
+    fn record(&self, outcome: &Outcome) {
+        let counter = match outcome {
+            Outcome::Acked(_) => &self.acked,
+            Outcome::Refused(..) => &self.refused,
+            Outcome::Lost => &self.lost,
+        };
+        counter.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+
+    fn acked(&self) -> usize {
+        self.acked.load(Ordering::Acquire)
+    }
+
+    /// Wait until `done` holds of the counts (at most 30 s: then the test fails, saying what it
+    /// waited for).
+    async fn until(&self, what: &str, done: impl Fn(&Progress) -> bool) {
+        let waited = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let changed = self.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if done(self) {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await;
+        assert!(
+            waited.is_ok(),
+            "waited 30 s for {what}: {} acknowledged, {} refused, {} lost",
+            self.acked(),
+            self.refused.load(Ordering::Acquire),
+            self.lost.load(Ordering::Acquire)
+        );
+    }
+}
+
 async fn load(
     bases: Bases,
     writers: usize,
     tasks: usize,
     per_writer: usize,
     salt: &str,
-    until: Option<Arc<AtomicBool>>,
+    until: Option<Arc<Progress>>,
 ) -> Vec<Sent> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -417,7 +468,7 @@ async fn load(
             let mut sent = Vec::new();
             for i in 0.. {
                 let done = match &until {
-                    Some(flag) => i >= per_writer && flag.load(Ordering::Acquire),
+                    Some(progress) => i >= per_writer && progress.stop.load(Ordering::Acquire),
                     None => i >= per_writer,
                 };
                 if done {
@@ -452,6 +503,9 @@ async fn load(
                         Outcome::Lost
                     }
                 };
+                if let Some(progress) = &until {
+                    progress.record(&outcome);
+                }
                 sent.push(Sent {
                     task: task.clone(),
                     body,
@@ -605,16 +659,18 @@ async fn a_replica_killed_under_load_loses_nothing_and_its_restart_continues() {
     let _serial = serial().await;
     let client = http_client();
     let (a, mut b, bases) = start_replicas(&backend).await;
-    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(Progress::default());
     let running = tokio::spawn(load(
         Arc::clone(&bases),
         8,
         4,
         40,
         "kill",
-        Some(Arc::clone(&stop)),
+        Some(Arc::clone(&progress)),
     ));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    progress
+        .until("the load under way", |p| p.acked() >= 16)
+        .await;
     b.kill9();
     // The other replica keeps answering while b is gone.
     let t = Instant::now();
@@ -626,12 +682,22 @@ async fn a_replica_killed_under_load_loses_nothing_and_its_restart_continues() {
         .unwrap();
     assert_eq!(probe.status(), 200);
     assert!(t.elapsed() < Duration::from_secs(5));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    progress
+        .until("requests lost to the killed replica", |p| {
+            p.lost.load(Ordering::Acquire) > 0
+        })
+        .await;
     let restarted = backend.start(&REPLICA_ARGS);
     restarted.ready(&client).await;
     bases.write().unwrap()[1] = restarted.base.clone();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.store(true, Ordering::Release);
+    // Every writer alternates between the replicas: two more answers each reach the restarted one.
+    let before = progress.acked();
+    progress
+        .until("events acknowledged after the restart", |p| {
+            p.acked() >= before + 16
+        })
+        .await;
+    progress.stop.store(true, Ordering::Release);
     let sent = running.await.unwrap();
 
     let lost = sent
@@ -677,16 +743,18 @@ async fn postgres_stopped_for_ten_seconds_means_503s_then_recovery_without_a_res
     };
     let client = http_client();
     let (a, b, bases) = start_replicas(&backend).await;
-    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(Progress::default());
     let running = tokio::spawn(load(
         Arc::clone(&bases),
         8,
         4,
         40,
         "outage",
-        Some(Arc::clone(&stop)),
+        Some(Arc::clone(&progress)),
     ));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    progress
+        .until("the load under way", |p| p.acked() >= 16)
+        .await;
     cluster.stop();
     let stopped = Instant::now();
     // While it is down: readiness says why (within a few seconds, even on a replica no event
@@ -719,6 +787,7 @@ async fn postgres_stopped_for_ten_seconds_means_503s_then_recovery_without_a_res
     assert!(r.headers().contains_key("retry-after"));
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["code"], "storage_error", "{v}");
+    // The outage's length is the scenario: ten seconds, longer than a writer's Retry-After.
     tokio::time::sleep(Duration::from_secs(10).saturating_sub(stopped.elapsed())).await;
     cluster.resume();
     let resumed = Instant::now();
@@ -728,9 +797,14 @@ async fn postgres_stopped_for_ten_seconds_means_503s_then_recovery_without_a_res
             .await
             .expect("ready again after the database is back");
     }
-    // Longer than the longest Retry-After (5 s) a writer may be waiting out.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    stop.store(true, Ordering::Release);
+    // Every writer back at work (each waits out its Retry-After first): two answers each since.
+    let before = progress.acked();
+    progress
+        .until("events acknowledged after the outage", |p| {
+            p.acked() >= before + 16
+        })
+        .await;
+    progress.stop.store(true, Ordering::Release);
     let sent = running.await.unwrap();
 
     let refused: Vec<&Sent> = sent
