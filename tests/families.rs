@@ -416,20 +416,28 @@ async fn a_user_re_running_a_command_that_shows_new_output_each_time_is_not_a_lo
     assert_eq!(first_rule(&vs), None, "{vs:#?}");
 }
 
-#[tokio::test]
-async fn a_user_asking_again_after_the_same_reply_reworded_each_time_is_a_loop() {
+/// A person pasting the same command again after each reply of the agent's.
+async fn asked_again_after(task: &str, replies: [&str; 3]) -> Vec<Verdict> {
     let e = engine(Config::default());
-    let replies = [
-        "It looks like you're running a local HTTP server to preview the site. Is there anything you'd like me to change on the page?",
-        "It looks like you're starting a local server to preview the site. Is there anything specific you'd like me to change or fix?",
-        "Looks like you're previewing the site with a local server. Anything you'd like me to change or improve on the page?",
-    ];
     let mut events = Vec::new();
     for reply in replies {
-        events.push(collab("p", "user", "coder", "python3 -m http.server 8000"));
-        events.push(response("p", reply));
+        events.push(collab(task, "user", "coder", "python3 -m http.server 8000"));
+        events.push(response(task, reply));
     }
-    let vs = feed(&e, events).await;
+    feed(&e, events).await
+}
+
+#[tokio::test]
+async fn a_user_asking_again_after_the_same_reply_reworded_each_time_is_a_loop() {
+    let vs = asked_again_after(
+        "p",
+        [
+            "It looks like you're running a local HTTP server to preview the site. Is there anything you'd like me to change on the page?",
+            "It looks like you're starting a local server to preview the site. Is there anything specific you'd like me to change or fix?",
+            "Looks like you're previewing the site with a local server. Anything you'd like me to change or improve on the page?",
+        ],
+    )
+    .await;
     assert_eq!(
         first_rule(&vs),
         Some((4, "collaboration.asked_again".to_string())),
@@ -439,17 +447,14 @@ async fn a_user_asking_again_after_the_same_reply_reworded_each_time_is_a_loop()
 
 #[tokio::test]
 async fn a_user_asking_again_after_replies_that_say_new_things_is_not_a_loop() {
-    let e = engine(Config::default());
-    let replies = [
-        "The crash comes from the missing config file; I added a default config.yaml next to main.py.",
-        "Now the port is taken by another process, so I made the server read PORT from the environment.",
-        "The last error was a typo in the route decorator; fixed it in routes.py and added a test for /health.",
-    ];
-    let mut events = Vec::new();
-    for reply in replies {
-        events.push(collab("n", "user", "coder", "python3 -m http.server 8000"));
-        events.push(response("n", reply));
-    }
-    let vs = feed(&e, events).await;
+    let vs = asked_again_after(
+        "n",
+        [
+            "The crash comes from the missing config file; I added a default config.yaml next to main.py.",
+            "Now the port is taken by another process, so I made the server read PORT from the environment.",
+            "The last error was a typo in the route decorator; fixed it in routes.py and added a test for /health.",
+        ],
+    )
+    .await;
     assert_eq!(first_rule(&vs), None, "{vs:#?}");
 }
