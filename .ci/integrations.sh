@@ -17,8 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGET=$(realpath "${CARGO_TARGET_DIR:-target}")
-cargo build --quiet --bin loopguard
-export LOOPGUARD_BIN="$TARGET/debug/loopguard"
+cargo build --quiet --release --bin loopguard
+export LOOPGUARD_BIN="$TARGET/release/loopguard"
 
 # --- 1. The OpenTelemetry Python SDK → POST /v1/traces -------------------------------------
 venv="$TARGET/venv-otel"

@@ -20,8 +20,8 @@ if ! "$VENV/bin/st" --version 2>/dev/null | grep -qF "$ST_VERSION"; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$ST_VERSION"
 fi
-cargo build --quiet --bin loopguard
-BIN="$TARGET/debug/loopguard"
+cargo build --quiet --release --bin loopguard
+BIN="$TARGET/release/loopguard"
 
 WORK=$(mktemp -d)
 SERVER_PID=""
