@@ -11,7 +11,7 @@
 
 use super::files::{self, Layout, Unreadable};
 use super::index::Task;
-use super::{Record, Src, View, ViewItem};
+use super::{commit_step, CommitStep, Record, Refusal, Src, View, ViewItem};
 use crate::store::StoreError;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -218,8 +218,8 @@ impl Model {
                 let seen = base
                     .map_or(0, |b| b + 1)
                     .max(full.as_ref().map_or(0, |f| f.version));
-                match (full, delta) {
-                    (Some(full), _) => {
+                match commit_step(current, base, full, delta) {
+                    Ok(CommitStep::Whole(full)) => {
                         let mut task = Task {
                             audit: self
                                 .states
@@ -234,15 +234,8 @@ impl Model {
                         self.short.remove(&root);
                         self.put(task);
                     }
-                    (None, Some(delta)) => {
-                        if self.short.contains_key(&root) || current.is_none() || current != base {
-                            let why = match current {
-                                None => format!("its first records are unreadable; a change at {at} has nothing to apply to"),
-                                Some(v) => format!("a change at {at} is to version {}, but the records after version {v} are unreadable", base.unwrap_or(0)),
-                            };
-                            self.break_off(&root, current, seen, why);
-                            return;
-                        }
+                    // A task kept short stays so until a whole state comes.
+                    Ok(CommitStep::Change(delta)) if !self.short.contains_key(&root) => {
                         match &mut self.states {
                             Some(states) => {
                                 let Some(task) = states.get_mut(&root) else {
@@ -268,7 +261,16 @@ impl Model {
                             }
                         }
                     }
-                    (None, None) => self.break_off(
+                    Ok(CommitStep::Change(_))
+                    | Err(Refusal::NoState | Refusal::OtherVersion { .. }) => {
+                        let why = match current {
+                            None => format!("its first records are unreadable; a change at {at} has nothing to apply to"),
+                            Some(v) => format!("a change at {at} is to version {}, but the records after version {v} are unreadable", base.unwrap_or(0)),
+                        };
+                        self.break_off(&root, current, seen, why);
+                        return;
+                    }
+                    Err(Refusal::Empty) => self.break_off(
                         &root,
                         current,
                         seen,
@@ -365,118 +367,103 @@ fn examine(
             None
         }
     };
-    let base = match listing.snapshots.last() {
-        Some(&n) => {
-            let path = files::snapshot_path(dir, n);
-            let layout = super::snapshot_layout(&path)?;
-            let mut head: Option<(String, u64, Vec<String>)> = None;
-            let mut count = 0u64;
-            let mut end = None;
-            let mut keep = |model: &mut Model, root: String, version, subs: Vec<String>, task| {
-                count += 1;
-                for sub in subs {
-                    model.links.insert(sub, root.clone());
+    let chain = files::Chain::of(&listing);
+    if let Some(n) = chain.snapshot {
+        let path = files::snapshot_path(dir, n);
+        let layout = super::snapshot_layout(&path)?;
+        let mut head: Option<(String, u64, Vec<String>)> = None;
+        let mut count = 0u64;
+        let mut end = None;
+        let mut keep = |model: &mut Model, root: String, version, subs: Vec<String>, task| {
+            count += 1;
+            for sub in subs {
+                model.links.insert(sub, root.clone());
+            }
+            match task {
+                Some(task) if keep_states => model.put(task),
+                _ => {
+                    model.versions.insert(root, version);
                 }
-                match task {
-                    Some(task) if keep_states => model.put(task),
-                    _ => {
-                        model.versions.insert(root, version);
-                    }
-                }
-            };
-            let task_of = |r: Record| match r {
-                Record::Task { state, audit, .. } => Some(Task {
-                    state: Arc::from(state),
-                    audit: Arc::new(audit),
-                }),
-                _ => None,
-            };
-            let scanned = files::scan(&path, layout, |payload, _, intact| {
-                if !intact {
-                    // A task whose head or record is damaged is lost with its block.
-                    head = None;
-                    return;
-                }
-                if let Some((root, version, subs)) = head.take() {
-                    // The record after a head is its task's: parsed only to be kept.
-                    let task = keep_states
-                        .then(|| {
-                            serde_json::from_slice::<Record>(payload)
-                                .ok()
-                                .and_then(task_of)
-                        })
-                        .flatten();
-                    keep(&mut model, root, version, subs, task);
-                    return;
-                }
-                match serde_json::from_slice::<Record>(payload) {
-                    Ok(Record::Head {
-                        root,
-                        version,
-                        subtasks,
+            }
+        };
+        let task_of = |r: Record| match r {
+            Record::Task { state, audit, .. } => Some(Task {
+                state: Arc::from(state),
+                audit: Arc::new(audit),
+            }),
+            _ => None,
+        };
+        let scanned = files::scan(&path, layout, |payload, _, intact| {
+            if !intact {
+                // A task whose head or record is damaged is lost with its block.
+                head = None;
+                return;
+            }
+            if let Some((root, version, subs)) = head.take() {
+                // The record after a head is its task's: parsed only to be kept.
+                let task = keep_states
+                    .then(|| {
+                        serde_json::from_slice::<Record>(payload)
+                            .ok()
+                            .and_then(task_of)
+                    })
+                    .flatten();
+                keep(&mut model, root, version, subs, task);
+                return;
+            }
+            match serde_json::from_slice::<Record>(payload) {
+                Ok(Record::Head {
+                    root,
+                    version,
+                    subtasks,
+                    ..
+                }) => head = Some((root, version, subtasks)),
+                Ok(r @ Record::Task { .. }) => {
+                    let Record::Task {
+                        ref state,
+                        ref subtasks,
                         ..
-                    }) => head = Some((root, version, subtasks)),
-                    Ok(r @ Record::Task { .. }) => {
-                        let Record::Task {
-                            ref state,
-                            ref subtasks,
-                            ..
-                        } = r
-                        else {
-                            unreachable!()
-                        };
-                        let (root, version, subs) =
-                            (state.root.clone(), state.version, subtasks.clone());
-                        keep(&mut model, root, version, subs, task_of(r));
-                    }
-                    Ok(Record::End { tasks }) => end = Some(tasks),
-                    _ => {}
+                    } = r
+                    else {
+                        unreachable!()
+                    };
+                    let (root, version, subs) =
+                        (state.root.clone(), state.version, subtasks.clone());
+                    keep(&mut model, root, version, subs, task_of(r));
                 }
-            })?;
-            if end != Some(count) && scanned.unreadable.is_empty() {
-                report.problems.push(format!(
-                    "{}: {count} tasks where its end says {end:?}",
-                    path.display()
-                ));
+                Ok(Record::End { tasks }) => end = Some(tasks),
+                _ => {}
             }
-            if !scanned.unreadable.is_empty() {
-                report.lost_unnamed = end.map_or(0, |n| n.saturating_sub(count));
-                report.lost_uncounted = end.is_none();
-                report.problems.push(format!(
-                    "{}: the tasks in its unreadable blocks ({}) are lost, unless later records hold their whole state",
-                    path.display(),
-                    end.map_or("how many is unknown: its end is lost too".into(), |n| format!(
-                        "{} of {n}",
-                        n.saturating_sub(count)
-                    ))
-                ));
-            }
-            report.files.push(report_of(&path, &scanned, false, true));
-            n
-        }
-        None => listing.segments.first().copied().unwrap_or(0),
-    };
-    let segments: Vec<u64> = listing
-        .segments
-        .iter()
-        .copied()
-        .filter(|&n| n >= base)
-        .collect();
-    let first = if listing.snapshots.is_empty() {
-        0
-    } else {
-        base
-    };
-    let mut expected = first;
-    for (i, &n) in segments.iter().enumerate() {
-        if n != expected {
+        })?;
+        if end != Some(count) && scanned.unreadable.is_empty() {
             report.problems.push(format!(
-                "{} to {} are missing: what they held is lost",
-                files::segment_path(dir, expected).display(),
-                files::segment_path(dir, n - 1).display()
+                "{}: {count} tasks where its end says {end:?}",
+                path.display()
             ));
         }
-        expected = n + 1;
+        if !scanned.unreadable.is_empty() {
+            report.lost_unnamed = end.map_or(0, |n| n.saturating_sub(count));
+            report.lost_uncounted = end.is_none();
+            report.problems.push(format!(
+                "{}: the tasks in its unreadable blocks ({}) are lost, unless later records hold their whole state",
+                path.display(),
+                end.map_or("how many is unknown: its end is lost too".into(), |n| format!(
+                    "{} of {n}",
+                    n.saturating_sub(count)
+                ))
+            ));
+        }
+        report.files.push(report_of(&path, &scanned, false, true));
+    }
+    let (base, segments) = (chain.base, &chain.segments);
+    for (expected, n) in chain.gaps() {
+        report.problems.push(format!(
+            "{} to {} are missing: what they held is lost",
+            files::segment_path(dir, expected).display(),
+            files::segment_path(dir, n - 1).display()
+        ));
+    }
+    for (i, &n) in segments.iter().enumerate() {
         let path = files::segment_path(dir, n);
         let last = i + 1 == segments.len();
         let name = path

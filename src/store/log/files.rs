@@ -879,6 +879,50 @@ pub fn rewrite_note(dir: &Path, n: u64, line: &NoteLine) -> Result<(), StoreErro
     Ok(())
 }
 
+/// The files a log is read from, as recovery and the examining tools (`store verify`,
+/// `store salvage`) both read it: the newest snapshot (the segments before it are in it) and the
+/// segments from it on, which follow each other from it (from segment 0 with no snapshot).
+pub struct Chain {
+    pub snapshot: Option<u64>,
+    /// The first segment read: the snapshot's, or the first segment there is.
+    pub base: u64,
+    /// The segment the chain must start with.
+    pub first: u64,
+    pub segments: Vec<u64>,
+}
+
+impl Chain {
+    pub fn of(listing: &Listing) -> Chain {
+        let snapshot = listing.snapshots.last().copied();
+        let base = snapshot.unwrap_or_else(|| listing.segments.first().copied().unwrap_or(0));
+        Chain {
+            snapshot,
+            base,
+            first: if snapshot.is_some() { base } else { 0 },
+            segments: listing
+                .segments
+                .iter()
+                .copied()
+                .filter(|&n| n >= base)
+                .collect(),
+        }
+    }
+
+    /// Where the chain breaks: the segment expected, and the one found in its place (what the
+    /// segments between held is lost).
+    pub fn gaps(&self) -> Vec<(u64, u64)> {
+        let mut expected = self.first;
+        let mut out = Vec::new();
+        for &n in &self.segments {
+            if n != expected {
+                out.push((expected, n));
+            }
+            expected = n + 1;
+        }
+        out
+    }
+}
+
 /// Numbered files of the log directory: segments and snapshots, each in order.
 #[derive(Default)]
 pub struct Listing {

@@ -125,6 +125,45 @@ pub(crate) enum Record {
     End { tasks: u64 },
 }
 
+/// What a commit record does to its task, by the rule recovery and the examining tools
+/// (`store verify`, `store salvage`) share: a whole state replaces whatever came before it; a
+/// change applies to the version it was made from, which the task must be at.
+pub(crate) enum CommitStep {
+    Whole(Box<TaskState>),
+    Change(Box<StateDelta>),
+}
+
+/// Why a commit record does not apply to its task as the log has it.
+pub(crate) enum Refusal {
+    /// A change to a task with no state.
+    NoState,
+    /// A change made from version `base` of a task at version `at`.
+    OtherVersion { base: Option<u64>, at: u64 },
+    /// Neither a state nor a change.
+    Empty,
+}
+
+/// The step a commit makes from the task's `current` version (`None`: no state).
+pub(crate) fn commit_step(
+    current: Option<u64>,
+    base: Option<u64>,
+    full: Option<Box<TaskState>>,
+    delta: Option<Box<StateDelta>>,
+) -> Result<CommitStep, Refusal> {
+    match (full, delta, current) {
+        (Some(full), _, _) => Ok(CommitStep::Whole(full)),
+        (None, Some(_), None) => Err(Refusal::NoState),
+        (None, Some(delta), Some(at)) => {
+            if Some(at) == base {
+                Ok(CommitStep::Change(delta))
+            } else {
+                Err(Refusal::OtherVersion { base, at })
+            }
+        }
+        (None, None, _) => Err(Refusal::Empty),
+    }
+}
+
 impl Record {
     /// The task a segment's record is about and the version it brings it to (`None`: it is
     /// deleted), as the segment's note records it; `None` for a snapshot's records.
@@ -259,41 +298,26 @@ impl LogStore {
         let mut index = Index::new(opts.audit_kept);
         let mut spill = Spill::create(dir, &mut index)?;
         // The newest snapshot; the segments before it are already in it.
-        let base = match listing.snapshots.last() {
-            Some(&n) => {
-                load_snapshot(dir, n, &mut index, &mut spill, cached)?;
-                n
-            }
-            None => listing.segments.first().copied().unwrap_or(0),
-        };
-        let segments: Vec<u64> = listing
-            .segments
-            .iter()
-            .copied()
-            .filter(|&n| n >= base)
-            .collect();
+        let chain = files::Chain::of(&listing);
+        if let Some(n) = chain.snapshot {
+            load_snapshot(dir, n, &mut index, &mut spill, cached)?;
+        }
+        let (base, segments) = (chain.base, chain.segments.clone());
         // Segments follow each other from the snapshot on (or from 0 with none): a missing one
         // would silently lose what it held.
-        let first = if listing.snapshots.is_empty() {
-            0
-        } else {
-            base
-        };
-        for (expected, &n) in (first..).zip(&segments) {
-            if n != expected {
-                return Err(StoreError::Damaged {
-                    file: files::segment_path(dir, expected).display().to_string(),
-                    offset: 0,
-                    message: format!(
-                        "missing: segment {n} follows {}",
-                        if expected == first && listing.snapshots.is_empty() {
-                            "no snapshot".to_string()
-                        } else {
-                            format!("segment {}", expected.saturating_sub(1))
-                        }
-                    ),
-                });
-            }
+        if let Some(&(expected, n)) = chain.gaps().first() {
+            return Err(StoreError::Damaged {
+                file: files::segment_path(dir, expected).display().to_string(),
+                offset: 0,
+                message: format!(
+                    "missing: segment {n} follows {}",
+                    if expected == chain.first && chain.snapshot.is_none() {
+                        "no snapshot".to_string()
+                    } else {
+                        format!("segment {}", expected.saturating_sub(1))
+                    }
+                ),
+            });
         }
         if let Some(m) = &manifest {
             check_manifest(dir, m, base, &segments)?;

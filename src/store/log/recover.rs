@@ -118,25 +118,27 @@ pub(super) fn replay(index: &mut Index, record: Record, bytes: u64) -> Result<()
                     Lookup::Disk(at) => Some(index::read_page(&at)?),
                 },
             };
-            let mut task = match (full, delta) {
-                (Some(full), _) => Task {
+            let version = current.as_ref().map(|t| t.state.version);
+            let mut task = match (commit_step(version, base, full, delta), current) {
+                (Ok(CommitStep::Whole(full)), current) => Task {
                     state: Arc::from(full),
                     audit: current.map(|t| t.audit).unwrap_or_default(),
                 },
-                (None, Some(delta)) => {
-                    let mut task = current.ok_or_else(|| {
-                        fail(format!("a change to task {root}, which has no state"))
-                    })?;
-                    if Some(task.state.version) != base {
-                        return Err(fail(format!(
-                            "a change to version {base:?} of task {root}, which is at version {}",
-                            task.state.version
-                        )));
-                    }
+                (Ok(CommitStep::Change(delta)), Some(mut task)) => {
                     delta.apply(Arc::make_mut(&mut task.state)).map_err(fail)?;
                     task
                 }
-                (None, None) => return Err(fail(format!("a commit of task {root} with no state"))),
+                (Err(Refusal::OtherVersion { base, at }), _) => {
+                    return Err(fail(format!(
+                        "a change to version {base:?} of task {root}, which is at version {at}"
+                    )))
+                }
+                (Err(Refusal::Empty), _) => {
+                    return Err(fail(format!("a commit of task {root} with no state")))
+                }
+                (Ok(CommitStep::Change(_)) | Err(Refusal::NoState), _) => {
+                    return Err(fail(format!("a change to task {root}, which has no state")))
+                }
             };
             task.keep_audit(&audit, index.audit_kept);
             index.commit(task, bytes);
