@@ -74,15 +74,15 @@ impl Engine {
                 .zip(vectors.chunks(2))
                 .map(|((seq, _, _), v)| (*seq, crate::embed::cosine(&v[0], &v[1])))
                 .collect();
-            if std::env::var_os("LG_DEBUG_SLOTS").is_some() {
-                for ((seq, a, b), (_, c)) in slots.iter().zip(&slot_cosines) {
-                    eprintln!(
-                        "SLOT {} vs {seq}: {c:.3} | {} | {}",
-                        pass.entry.seq,
-                        a.chars().take(80).collect::<String>(),
-                        b.chars().take(80).collect::<String>()
-                    );
-                }
+            for ((seq, a, b), (_, c)) in slots.iter().zip(&slot_cosines) {
+                tracing::debug!(
+                    seq = pass.entry.seq,
+                    against = seq,
+                    cosine = c,
+                    slot = %a.chars().take(80).collect::<String>(),
+                    earlier = %b.chars().take(80).collect::<String>(),
+                    "templated text compared on its slot"
+                );
             }
         }
         // A short turn: is it a courtesy (thanks, goodbye)? Compared with the courtesies, which
@@ -99,13 +99,13 @@ impl Engine {
                 .map(|v| crate::embed::cosine(&vectors[0], v))
                 .fold(f32::NEG_INFINITY, f32::max);
             pass.entry.courtesy = best >= detect.collaboration.courtesy_similarity;
-            if std::env::var_os("LG_DEBUG_COURTESY").is_some() {
-                eprintln!(
-                    "COURTESY {} {best:.3} {}",
-                    pass.entry.seq,
-                    texts[0].chars().take(90).collect::<String>()
-                );
-            }
+            tracing::debug!(
+                seq = pass.entry.seq,
+                cosine = best,
+                courtesy = pass.entry.courtesy,
+                text = %texts[0].chars().take(90).collect::<String>(),
+                "short turn compared with the courtesies"
+            );
         }
         pass.timed_detect(|pass| {
             pass.links = matching::links(detect, state, &pass.entry);
