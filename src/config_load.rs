@@ -51,6 +51,21 @@ fn parse_value(raw: &str) -> toml::Value {
         .unwrap_or_else(|| toml::Value::String(raw.to_string()))
 }
 
+/// Every leaf of `table` as a dotted key under `prefix`.
+fn dotted_keys(prefix: &str, table: &toml::Table, out: &mut Vec<String>) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            toml::Value::Table(t) if !t.is_empty() => dotted_keys(&key, t, out),
+            _ => out.push(key),
+        }
+    }
+}
+
 fn set_path(table: &mut toml::Table, path: &[&str], value: toml::Value) {
     let (last, parents) = path.split_last().expect("non-empty key path");
     let mut t = table;
@@ -69,7 +84,7 @@ fn set_path(table: &mut toml::Table, path: &[&str], value: toml::Value) {
 impl Config {
     fn from_table(table: toml::Table) -> Result<Config, ConfigError> {
         let value = toml::Value::Table(table);
-        let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
+        let mut config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             ConfigError::Invalid {
                 path,
@@ -77,7 +92,67 @@ impl Config {
             }
         })?;
         config.validate()?;
+        config.settle_rule_sections()?;
         Ok(config)
+    }
+
+    /// Check each rule's own section (`[detect.rule.<family>.<name>]`) and settle the
+    /// configuration the rule runs with: the rest of `[detect]` with the section merged over,
+    /// checked like the whole file, its errors named by their place in the section.
+    fn settle_rule_sections(&mut self) -> Result<(), ConfigError> {
+        let mut own = std::collections::BTreeMap::new();
+        if !self.detect.rule.is_empty() {
+            let mut rest = toml::Table::try_from(&self.detect).expect("a config serialises");
+            rest.remove("rule");
+            for (family, names) in &self.detect.rule {
+                for (name, section) in names {
+                    let id = format!("{family}.{name}");
+                    let at = format!("detect.rule.{id}");
+                    let invalid =
+                        |path: String, message: String| ConfigError::Invalid { path, message };
+                    let rule = crate::detect::rules::by_id(&id).ok_or_else(|| {
+                        invalid(
+                            at.clone(),
+                            format!("no rule is called {id:?} (`loopguard rules` lists them)"),
+                        )
+                    })?;
+                    let mut keys = Vec::new();
+                    dotted_keys("", section, &mut keys);
+                    if keys.is_empty() {
+                        return Err(invalid(
+                            at,
+                            "an empty section: name a setting the rule reads".into(),
+                        ));
+                    }
+                    for key in &keys {
+                        if let Some(why) = rule.cannot_own(&format!("detect.{key}")) {
+                            return Err(invalid(format!("{at}.{key}"), why));
+                        }
+                    }
+                    let mut table = rest.clone();
+                    merge(&mut table, section.clone());
+                    let detect: DetectConfig =
+                        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(
+                            |e| invalid(format!("{at}.{}", e.path()), e.into_inner().to_string()),
+                        )?;
+                    let mut whole = self.clone();
+                    whole.detect = detect.clone();
+                    whole.validate().map_err(|e| match e {
+                        ConfigError::Invalid { path, message } => invalid(
+                            match path.strip_prefix("detect.") {
+                                Some(rest) => format!("{at}.{rest}"),
+                                None => path,
+                            },
+                            message,
+                        ),
+                        other => other,
+                    })?;
+                    own.insert(id, detect);
+                }
+            }
+        }
+        self.detect.own = std::sync::Arc::new(own);
+        Ok(())
     }
 
     /// Parse a TOML document merged over the defaults.

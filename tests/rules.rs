@@ -480,3 +480,157 @@ async fn judge_failures_in_a_row() {
     .await;
     assert_eq!(fired(&vs, "judge.failures_in_a_row"), 2);
 }
+
+/// What a rule may have its own value for, it alone reads: every such setting changed in the own
+/// section of every rule declaring it gives, event by event, the verdicts of the setting changed
+/// for all. A rule reading a setting it does not declare, or the engine reading one before the
+/// table runs, makes the two differ. The runs (tests/fixtures/rule_sections.jsonl) are real runs
+/// of five families on which these settings decide a verdict.
+#[tokio::test]
+async fn a_setting_changed_in_the_section_of_every_rule_declaring_it_is_the_setting_changed() {
+    use loopguard::score::{parse_run, score_run};
+    let runs: Vec<loopguard::score::Run> =
+        std::fs::read_to_string("tests/fixtures/rule_sections.jsonl")
+            .unwrap()
+            .lines()
+            .map(|l| parse_run(l).unwrap())
+            .collect();
+    let reference: toml::Table = Config::default().to_toml().parse().unwrap();
+    let lookup = |key: &str| -> toml::Value {
+        let mut t = &reference;
+        let (parents, leaf) = key.rsplit_once('.').unwrap();
+        for p in parents.split('.') {
+            t = t[p].as_table().unwrap();
+        }
+        t[leaf].clone()
+    };
+    let mut owners: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for rule in loopguard::rules::RULES {
+        for key in rule.own_settings() {
+            if !key.ends_with(".*") {
+                owners.entry(key).or_default().push(rule.id);
+            }
+        }
+    }
+    let verdicts = |cfg: Config| {
+        let cfg = Arc::new(cfg);
+        let runs = runs.clone();
+        async move {
+            let mut out = Vec::new();
+            for run in runs {
+                let score = score_run(cfg.clone(), model(), run).await.unwrap();
+                out.push(
+                    score
+                        .verdicts
+                        .iter()
+                        .map(|v| (v.is_loop, v.rule.clone(), v.kind))
+                        .collect::<Vec<_>>(),
+                );
+            }
+            out
+        }
+    };
+    let defaults = verdicts(Config::default()).await;
+    let mut deciding = Vec::new();
+    for (key, ids) in &owners {
+        let changed: Vec<String> = match lookup(key) {
+            toml::Value::Integer(n) => vec![(n - 1).max(1).to_string(), (n + 1).to_string()],
+            toml::Value::Float(x) => vec![
+                format!("{:.2}", x - 0.04),
+                format!("{:.2}", (x + 0.04).min(0.99)),
+            ],
+            toml::Value::Boolean(b) => vec![(!b).to_string()],
+            other => panic!("{key}: no test value for {other}"),
+        };
+        let relative = key.strip_prefix("detect.").unwrap();
+        for value in changed {
+            let global = Config::load(
+                None,
+                std::iter::empty(),
+                &[(key.to_string(), value.clone())],
+            );
+            let sections: Vec<(String, String)> = ids
+                .iter()
+                .map(|id| (format!("detect.rule.{id}.{relative}"), value.clone()))
+                .collect();
+            let own = Config::load(None, std::iter::empty(), &sections);
+            let (global, own) = match (global, own) {
+                (Ok(g), Ok(o)) => (g, o),
+                (Err(_), Err(_)) => continue,
+                (g, o) => panic!("{key} = {value}: loads differ: {g:?} / {o:?}"),
+            };
+            let (g, o) = (verdicts(global).await, verdicts(own).await);
+            for (run, (g, o)) in runs.iter().zip(g.iter().zip(&o)) {
+                assert_eq!(
+                    g, o,
+                    "{key} = {value} set for all and in the sections of {ids:?} differ on {}",
+                    run.id
+                );
+            }
+            if g != defaults {
+                deciding.push(format!("{key} = {value}"));
+            }
+        }
+    }
+    // The runs are worth testing on only if the settings decide something there.
+    assert!(deciding.len() >= 20, "only {deciding:?} change a verdict");
+}
+
+/// An input a rule declares (`Rule::inputs`: an embedding round of its own) is computed only
+/// while a rule needing it is on: with every such rule in `detect.rules_off`, the engine asks the
+/// model for fewer texts. (The stub model: what is counted is the texts asked for, not what they
+/// mean.)
+#[tokio::test]
+async fn an_input_is_computed_only_while_a_rule_needing_it_is_on() {
+    use loopguard::rules::{Input, RULES};
+    async fn texts_asked(off: &[&str], events: Vec<loopguard::Envelope>) -> u64 {
+        let mut cfg = Config::default();
+        cfg.detect.rules_off = off.iter().map(|id| id.to_string()).collect();
+        let model = loopguard::Embedder::start_stub();
+        feed(&Engine::new(Arc::new(cfg), model.clone()), events).await;
+        model.stats().model_texts()
+    }
+    let fail = "FAILED tests/test_fmt.py::test_render - AssertionError: assert 'a|1' == 'a | 1'";
+    for input in Input::ALL {
+        let events = match input {
+            Input::ChangeCosines => fixes_then_runs(fail, [""; 3]),
+            Input::CourtesyTurns => vec![
+                collab(
+                    "c",
+                    "engineer",
+                    "manager",
+                    "Here is the training script, tested on the sample data.",
+                ),
+                collab(
+                    "c",
+                    "manager",
+                    "engineer",
+                    "Great, let me know if you need anything else.",
+                ),
+                collab(
+                    "c",
+                    "engineer",
+                    "manager",
+                    "Sure, will do. Thank you for your help!",
+                ),
+                collab(
+                    "c",
+                    "manager",
+                    "engineer",
+                    "You're welcome! Have a great day!",
+                ),
+            ],
+        };
+        let needing: Vec<&str> = RULES
+            .iter()
+            .filter(|r| r.inputs.contains(&input))
+            .map(|r| r.id)
+            .collect();
+        let on = texts_asked(&[], events.clone()).await;
+        let off = texts_asked(&needing, events).await;
+        assert!(
+            off < on,
+            "{input:?}: {on} texts with {needing:?} on, {off} with them off"
+        );
+    }
+}

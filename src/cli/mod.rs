@@ -88,7 +88,9 @@ pub enum Command {
     /// List the detection rules and judge questions in priority order: id, outcome (loop or
     /// question), kinds, what each says, the settings it reads and what it needs computed first (an
     /// embedding round of its own, run only while a rule needing it is on) (Markdown; `--json` for
-    /// JSON). Verdicts name their rule in `rule`; `detect.rules_off` switches rules off by id.
+    /// JSON, with each rule's `own_settings`: what a section `[detect.rule.<family>.<name>]` may
+    /// give it a value of its own for). Verdicts name their rule in `rule`; `detect.rules_off`
+    /// switches rules off by id.
     Rules {
         /// JSON lines instead of a Markdown table.
         #[arg(long)]
@@ -139,6 +141,7 @@ fn rules_listing(json: bool) -> String {
                 "statement": r.statement,
                 "settings": r.settings,
                 "computed_first": r.inputs.iter().map(|i| i.as_str()).collect::<Vec<_>>(),
+                "own_settings": r.own_settings(),
             })
             .to_string()
                 + "\n"

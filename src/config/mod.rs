@@ -277,6 +277,24 @@ pub struct DetectConfig {
     pub regression: Regression,
     pub budget: Budget,
     pub external: External,
+    /// Rules' own sections, `[detect.rule.<family>.<name>]` (a rule's id split at its dot): a
+    /// rule's own value for a setting it shares with other rules, e.g.
+    /// `[detect.rule.dead_end.same_attempt]` `dead_ends.occurrences = 4`. Only the settings the
+    /// rule declares (`loopguard rules`) and the engine does not read before the table runs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rule: BTreeMap<String, BTreeMap<String, toml::Table>>,
+    /// The configuration each rule with a section of its own runs with, by rule id: the rest of
+    /// `[detect]` with its section merged over, settled and checked when the configuration is
+    /// loaded.
+    #[serde(skip)]
+    pub own: std::sync::Arc<BTreeMap<String, DetectConfig>>,
+}
+
+impl DetectConfig {
+    /// The configuration rule `id` runs with: its own section's, else this one.
+    pub fn for_rule(&self, id: &str) -> &DetectConfig {
+        self.own.get(id).unwrap_or(self)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

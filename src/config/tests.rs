@@ -259,3 +259,98 @@ fn model_workers_fill_the_cores_by_default_and_a_bad_count_names_the_setting() {
     let err = Config::from_toml_str("[model]\nworkers = -1\n").unwrap_err();
     assert!(err.to_string().contains("workers"), "{err}");
 }
+
+#[test]
+fn a_rule_has_its_own_value_for_a_shared_setting_and_the_others_keep_theirs() {
+    let c = Config::from_toml_str(
+        "[detect.rule.dead_end.same_attempt]\ndead_ends.occurrences = 4\n\
+         dead_ends.attempt_similarity = 0.9\n",
+    )
+    .unwrap();
+    let own = c.detect.for_rule("dead_end.same_attempt");
+    assert_eq!(own.dead_ends.occurrences, 4);
+    assert_eq!(own.dead_ends.attempt_similarity, 0.9);
+    // Everything else the rule reads is the shared value.
+    assert_eq!(
+        own.dead_ends.same_attempt_window,
+        c.detect.dead_ends.same_attempt_window
+    );
+    // The other rules sharing the setting keep the shared value.
+    assert_eq!(c.detect.dead_ends.occurrences, 3);
+    assert_eq!(
+        c.detect
+            .for_rule("dead_end.back_to_rejected")
+            .dead_ends
+            .occurrences,
+        3
+    );
+    // A section survives the round trip through `loopguard config` (a sweep's base).
+    let again = Config::from_toml_str(&c.to_toml()).unwrap();
+    assert_eq!(again, c);
+    assert_eq!(
+        again
+            .detect
+            .for_rule("dead_end.same_attempt")
+            .dead_ends
+            .occurrences,
+        4
+    );
+    // The same through a flag or the environment, by its dotted key.
+    let flagged = Config::load(
+        None,
+        std::iter::empty(),
+        &[(
+            "detect.rule.dead_end.same_attempt.dead_ends.occurrences".into(),
+            "2".into(),
+        )],
+    )
+    .unwrap();
+    assert_eq!(
+        flagged
+            .detect
+            .for_rule("dead_end.same_attempt")
+            .dead_ends
+            .occurrences,
+        2
+    );
+}
+
+#[test]
+fn a_rule_section_is_refused_with_its_path_and_why() {
+    let refused = |toml: &str| match Config::from_toml_str(toml) {
+        Err(ConfigError::Invalid { path, message }) => (path, message),
+        other => panic!("{toml}: {other:?}"),
+    };
+    // No such rule.
+    let (path, message) =
+        refused("[detect.rule.dead_end.same_attempts]\ndead_ends.occurrences = 4\n");
+    assert_eq!(path, "detect.rule.dead_end.same_attempts");
+    assert!(message.contains("no rule is called"), "{message}");
+    // A setting the rule does not read: the message lists those it may set.
+    let (path, message) = refused("[detect.rule.dead_end.same_attempt]\ncycles.max_period = 4\n");
+    assert_eq!(path, "detect.rule.dead_end.same_attempt.cycles.max_period");
+    assert!(
+        message.contains("detect.dead_ends.occurrences"),
+        "{message}"
+    );
+    // A setting the rule reads, but the engine reads before the table runs.
+    let (path, message) = refused("[detect.rule.repeat.failure]\nsimilarity.failure = 0.8\n");
+    assert_eq!(path, "detect.rule.repeat.failure.similarity.failure");
+    assert!(message.contains("before the rules run"), "{message}");
+    // The engine's own settings, even when a rule lists them.
+    let (path, message) = refused("[detect.rule.dead_end.resent_in_a_row]\nwindow = 10\n");
+    assert_eq!(path, "detect.rule.dead_end.resent_in_a_row.window");
+    assert!(message.contains("engine"), "{message}");
+    // A value of the wrong type, and one the checks refuse, named in the section.
+    let (path, _) = refused("[detect.rule.dead_end.same_attempt]\ndead_ends.occurrences = \"x\"\n");
+    assert_eq!(
+        path,
+        "detect.rule.dead_end.same_attempt.dead_ends.occurrences"
+    );
+    let (path, message) = refused("[detect.rule.response.repeat]\nrepeats.response = 9\n");
+    assert_eq!(path, "detect.rule.response.repeat.repeats.response");
+    assert!(message.contains("window"), "{message}");
+    // An empty section says nothing: a typo, most likely.
+    let (path, _) = refused("[detect.rule.dead_end.same_attempt]\n");
+    assert_eq!(path, "detect.rule.dead_end.same_attempt");
+}

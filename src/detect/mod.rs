@@ -144,6 +144,26 @@ pub struct Ctx<'a> {
     pub past: Vec<&'a Entry>,
 }
 
+impl<'a> Ctx<'a> {
+    /// The same event read with another configuration: a rule's own section's.
+    pub fn with_cfg(&self, cfg: &'a DetectConfig) -> Ctx<'a> {
+        Ctx {
+            cfg,
+            judge: self.judge,
+            external: self.external,
+            state: self.state,
+            entry: self.entry,
+            links: self.links,
+            metrics: self.metrics,
+            step_entered: self.step_entered.clone(),
+            events_total: self.events_total,
+            change_cosines: self.change_cosines,
+            content: self.content,
+            past: self.past.clone(),
+        }
+    }
+}
+
 /// The task's past work, newest first: the window's work events (tool calls, failures,
 /// requests; thinking tools aside) before the new one. Each rule takes as much of it as its
 /// window says.

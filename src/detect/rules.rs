@@ -157,7 +157,7 @@ pub static RULES: &[Rule] = &[
         id: "cycle.period",
         kinds: &[K::Cycle],
         statement: "the last p work events repeat the p before them (periods min_period..=max_period), exactly or reworded",
-        settings: &["detect.cycles.min_period", "detect.cycles.max_period", "detect.cycles.repetitions", "detect.cycles.occurrences"],
+        settings: &["detect.cycles.min_period", "detect.cycles.max_period", "detect.cycles.repetitions", "detect.cycles.occurrences", "detect.collaboration.returning_similarity"],
         inputs: &[],
         check: Check::Loop(cycle::period),
     },
@@ -165,7 +165,7 @@ pub static RULES: &[Rule] = &[
         id: "cycle.replay",
         kinds: &[K::Cycle],
         statement: "a longer block of work replayed in order, caught a few steps in (sooner when the steps re-hit the block's dead ends)",
-        settings: &["detect.cycles.replay_max_period", "detect.cycles.replay_streak", "detect.cycles.replay_streak_at_a_dead_end"],
+        settings: &["detect.cycles.max_period", "detect.cycles.replay_max_period", "detect.cycles.replay_streak", "detect.cycles.replay_streak_at_a_dead_end", "detect.collaboration.returning_similarity"],
         inputs: &[],
         check: Check::Loop(cycle::replay_rule),
     },
@@ -301,7 +301,7 @@ pub static RULES: &[Rule] = &[
         id: "judge.grey_band",
         kinds: &[K::SemanticRepeat],
         statement: "the best match is just below its threshold and a match would have made a loop",
-        settings: &["detect.similarity.grey_band"],
+        settings: &["detect.similarity.grey_band", "detect.repeats.failure", "detect.repeats.collaboration", "detect.repeats.response", "detect.repeats.tool_call"],
         inputs: &[],
         check: Check::Ask(questions::grey_band),
     },
@@ -360,9 +360,93 @@ pub static ENGINE_SETTINGS: &[(&str, &str)] = &[
     ("detect.rules_off", "the rules skipped"),
 ];
 
+/// The detection settings a rule declares that the engine reads before the table runs, each
+/// with where: one value for every rule, so a rule's own section (`[detect.rule.<family>.<name>]`)
+/// cannot set them. Every other `detect.` setting a rule declares, it may have a value of its own.
+pub static READ_BEFORE_THE_TABLE: &[(&str, &str)] = &[
+    (
+        "detect.similarity.*",
+        "the links every rule reads (same as, new work) are settled with them",
+    ),
+    (
+        "detect.collaboration.protocol_words",
+        "a message is told a protocol word when it is read",
+    ),
+    (
+        "detect.collaboration.courtesy_similarity",
+        "short turns are compared with courtesies in the link stage",
+    ),
+    (
+        "detect.content.*",
+        "a response is searched for repeats inside it when it is read",
+    ),
+    (
+        "detect.transitions.*",
+        "the policy keeps the step transitions with them",
+    ),
+    ("detect.budget.*", "the policy counts the budget with it"),
+];
+
 /// The rule with this id.
 pub fn by_id(id: &str) -> Option<&'static Rule> {
     RULES.iter().find(|r| r.id == id)
+}
+
+/// Does `declared` (a key, or `prefix.*`) name `key`?
+pub fn covers(declared: &str, key: &str) -> bool {
+    match declared.strip_suffix(".*") {
+        Some(prefix) => key.starts_with(prefix) && key[prefix.len()..].starts_with('.'),
+        None => declared == key,
+    }
+}
+
+impl Rule {
+    /// The settings it declares that its own section may set.
+    pub fn own_settings(&self) -> Vec<&'static str> {
+        self.settings
+            .iter()
+            .copied()
+            .filter(|d| d.starts_with("detect.") && !before_the_table(d))
+            .collect()
+    }
+
+    /// Why the rule cannot have its own value for `key` (a dotted key from the top, e.g.
+    /// `detect.dead_ends.occurrences`), or `None` when its section may set it.
+    pub fn cannot_own(&self, key: &str) -> Option<String> {
+        if !self.settings.iter().any(|d| covers(d, key)) {
+            let own = self.own_settings();
+            return Some(format!(
+                "rule {} does not read `{key}`; the settings it may have its own value for: {}",
+                self.id,
+                if own.is_empty() {
+                    "none".to_string()
+                } else {
+                    own.join(", ")
+                }
+            ));
+        }
+        if let Some((_, why)) = READ_BEFORE_THE_TABLE.iter().find(|(d, _)| covers(d, key)) {
+            return Some(format!(
+                "`{key}` is read before the rules run ({why}): one value for every rule, set \
+                 where it is"
+            ));
+        }
+        if !key.starts_with("detect.") || ENGINE_SETTINGS.iter().any(|(d, _)| covers(d, key)) {
+            return Some(format!(
+                "`{key}` is the engine's, not a rule's: one value for every rule, set where it is"
+            ));
+        }
+        None
+    }
+}
+
+fn before_the_table(declared: &str) -> bool {
+    READ_BEFORE_THE_TABLE
+        .iter()
+        .any(|(d, _)| covers(d, declared) || d == &declared)
+        || ENGINE_SETTINGS
+            .iter()
+            .any(|(d, _)| covers(d, declared) || d == &declared)
 }
 
 /// Run the table: the first loop rule that fires (of a kind switched on), else the first
@@ -372,6 +456,9 @@ pub fn run(ctx: &Ctx<'_>) -> Option<Hit> {
     // Questions come after every loop rule (a test holds the table to it): the first one that
     // fires is asked only when no loop rule fired.
     for rule in RULES.iter().filter(on) {
+        // A rule with a section of its own reads its own values.
+        let own = ctx.cfg.own.get(rule.id).map(|cfg| ctx.with_cfg(cfg));
+        let ctx = own.as_ref().unwrap_or(ctx);
         match rule.check {
             Check::Loop(check) => {
                 if let Some(mut f) = check(ctx).filter(|f| enabled(ctx.cfg, f.kind)) {
@@ -415,6 +502,12 @@ pub fn markdown() -> String {
     for (key, what) in ENGINE_SETTINGS {
         out.push_str(&format!("| `{key}` | {what} |\n"));
     }
+    out.push_str(
+        "\n| read before the table runs: one value for every rule declaring it | where |\n|---|---|\n",
+    );
+    for (key, why) in READ_BEFORE_THE_TABLE {
+        out.push_str(&format!("| `{key}` | {why} |\n"));
+    }
     out
 }
 
@@ -443,12 +536,7 @@ mod tests {
         keys
     }
 
-    fn covers(declared: &str, key: &str) -> bool {
-        match declared.strip_suffix(".*") {
-            Some(prefix) => key.starts_with(prefix) && key[prefix.len()..].starts_with('.'),
-            None => declared == key,
-        }
-    }
+    use super::covers;
 
     #[test]
     fn every_declared_setting_exists_and_every_detection_setting_is_declared() {
@@ -471,6 +559,66 @@ mod tests {
                  `settings` of the rules that read it, or ENGINE_SETTINGS when every rule does)"
             );
         }
+    }
+
+    /// What loopguard.toml must say above a setting: the rules reading it, from the table.
+    fn read_by(key: &str) -> Option<String> {
+        if ENGINE_SETTINGS.iter().any(|(d, _)| covers(d, key)) {
+            return Some("every rule (the engine's setting)".to_string());
+        }
+        let readers: Vec<&str> = RULES
+            .iter()
+            .filter(|r| r.settings.iter().any(|d| covers(d, key)))
+            .map(|r| r.id)
+            .collect();
+        if readers.is_empty() {
+            return None;
+        }
+        let before = super::READ_BEFORE_THE_TABLE
+            .iter()
+            .any(|(d, _)| covers(d, key));
+        Some(format!(
+            "{}{}",
+            readers.join(", "),
+            if before {
+                " (read before the rules run: one value for all)"
+            } else {
+                ""
+            }
+        ))
+    }
+
+    /// loopguard.toml says, above each setting a rule reads (once above a run of settings read
+    /// by the same rules), which rules read it: `# Read by: id, id`, as the table declares.
+    #[test]
+    fn loopguard_toml_says_which_rules_read_each_setting() {
+        let mut section = String::new();
+        let mut said: Option<&str> = None;
+        let mut stale = Vec::new();
+        for line in crate::config::REFERENCE_TOML.lines() {
+            if let Some(header) = line.strip_prefix('[') {
+                section = header.trim_end_matches(']').to_string();
+                said = None;
+            } else if let Some(readers) = line.strip_prefix("# Read by: ") {
+                said = Some(readers);
+            } else if let Some((name, _)) = line.split_once(" = ") {
+                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let key = format!("{section}.{name}");
+                if let Some(want) = read_by(&key) {
+                    if said != Some(want.as_str()) {
+                        stale.push(format!("{key}: `# Read by: {want}` (it says {said:?})"));
+                    }
+                }
+            }
+        }
+        assert!(
+            stale.is_empty(),
+            "loopguard.toml is out of date with the rule table (src/detect/rules.rs); above these \
+             settings it should say:\n{}",
+            stale.join("\n")
+        );
     }
 
     #[test]

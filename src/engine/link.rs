@@ -25,7 +25,19 @@ impl Engine {
                 1 => matching::needed(detect, state, &pass.entry, Part::Result),
                 // The dead-end rules compare recent calls with this one, whatever their keys
                 // said, when this call ended where a recent one did.
-                _ => matching::attempts_needed(detect, state, &pass.entry),
+                // A rule with a section of its own may look further back or at fewer
+                // occurrences: its calls are compared too.
+                _ => {
+                    let mut pending = matching::attempts_needed(detect, state, &pass.entry);
+                    for own in detect.own.values() {
+                        for p in matching::attempts_needed(own, state, &pass.entry) {
+                            if !pending.contains(&p) {
+                                pending.push(p);
+                            }
+                        }
+                    }
+                    pending
+                }
             };
             if pending.is_empty() {
                 continue;
@@ -44,7 +56,17 @@ impl Engine {
         // The span rule asks whether the changes between runs of a failing step are one change
         // reworded: compare what differs between them (a fourth round, rare).
         let pairs = if rules::wants(detect, Input::ChangeCosines) {
-            crate::detect::dead_end::changes_to_compare(&detect.dead_ends, state, &pass.entry)
+            let compare =
+                |cfg| crate::detect::dead_end::changes_to_compare(cfg, state, &pass.entry);
+            let mut pairs = compare(&detect.dead_ends);
+            for own in detect.own.values() {
+                for p in compare(&own.dead_ends) {
+                    if !pairs.iter().any(|q| (q.0, q.1) == (p.0, p.1)) {
+                        pairs.push(p);
+                    }
+                }
+            }
+            pairs
         } else {
             Vec::new()
         };
