@@ -132,6 +132,6 @@ print("\n".join(table))
 doc = ROOT / "docs" / "DETECTION.md"
 text = doc.read_text()
 begin = "<!-- shared-settings:begin (docs/shared_settings.py writes this table) -->\n\n"
-end = "\n<!-- shared-settings:end -->"
 start = text.index(begin) + len(begin)
-doc.write_text(text[:start] + "\n".join(table) + "\n" + text[text.index(end, start):])
+stop = text.index("<!-- shared-settings:end -->", start)
+doc.write_text(text[:start] + "\n".join(table) + "\n\n" + text[stop:])
