@@ -655,3 +655,29 @@ async fn the_very_same_failure_across_an_investigation_is_a_loop_but_not_when_it
     .await;
     assert_eq!(first_loop(&vs), None, "{vs:#?}");
 }
+
+/// A rule's own section may ask for fewer occurrences than the shared setting: the rule fires as
+/// it would with the setting changed for all, and the other rules keep the shared value.
+#[tokio::test]
+async fn a_rule_asking_for_fewer_occurrences_in_its_own_section_gets_the_calls_it_compares() {
+    let attempts = || {
+        vec![
+            bash("cd /repo && python reproduce.py", TRACEBACK, false),
+            bash("cd /repo && python3 reproduce.py", TRACEBACK, false),
+        ]
+    };
+    let own =
+        Config::from_toml_str("[detect.rule.dead_end.same_attempt]\ndead_ends.occurrences = 2\n")
+            .unwrap();
+    let vs = feed(&engine(own), attempts()).await;
+    assert_eq!(first_loop(&vs), Some(1), "{vs:#?}");
+    assert_eq!(vs[1].rule.as_deref(), Some("dead_end.same_attempt"));
+    // The same as the setting changed for every rule; and the shared 3 waits for a third.
+    let mut all = Config::default();
+    all.detect.dead_ends.occurrences = 2;
+    assert_eq!(first_loop(&feed(&engine(all), attempts()).await), Some(1));
+    assert_eq!(
+        first_loop(&feed(&engine(Config::default()), attempts()).await),
+        None
+    );
+}

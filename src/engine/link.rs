@@ -4,6 +4,7 @@
 //! results — and compared by cosine ([`crate::detect::matching`]).
 
 use super::{Engine, EngineError, Pass};
+use crate::config::DetectConfig;
 use crate::detect::matching::{self, Part};
 use crate::detect::rules::{self, Input};
 use crate::state::TaskState;
@@ -27,17 +28,11 @@ impl Engine {
                 // said, when this call ended where a recent one did.
                 // A rule with a section of its own may look further back or at fewer
                 // occurrences: its calls are compared too.
-                _ => {
-                    let mut pending = matching::attempts_needed(detect, state, &pass.entry);
-                    for own in detect.own.values() {
-                        for p in matching::attempts_needed(own, state, &pass.entry) {
-                            if !pending.contains(&p) {
-                                pending.push(p);
-                            }
-                        }
-                    }
-                    pending
-                }
+                _ => for_every_rule(
+                    detect,
+                    |cfg| matching::attempts_needed(cfg, state, &pass.entry),
+                    |a, b| a == b,
+                ),
             };
             if pending.is_empty() {
                 continue;
@@ -56,17 +51,13 @@ impl Engine {
         // The span rule asks whether the changes between runs of a failing step are one change
         // reworded: compare what differs between them (a fourth round, rare).
         let pairs = if rules::wants(detect, Input::ChangeCosines) {
-            let compare =
-                |cfg| crate::detect::dead_end::changes_to_compare(cfg, state, &pass.entry);
-            let mut pairs = compare(&detect.dead_ends);
-            for own in detect.own.values() {
-                for p in compare(&own.dead_ends) {
-                    if !pairs.iter().any(|q| (q.0, q.1) == (p.0, p.1)) {
-                        pairs.push(p);
-                    }
-                }
-            }
-            pairs
+            for_every_rule(
+                detect,
+                |cfg| {
+                    crate::detect::dead_end::changes_to_compare(&cfg.dead_ends, state, &pass.entry)
+                },
+                |a, b| (a.0, a.1) == (b.0, b.1),
+            )
         } else {
             Vec::new()
         };
@@ -167,4 +158,22 @@ pub(crate) fn courtesy_texts(max_chars: usize) -> Vec<String> {
         .iter()
         .map(|c| super::observe::text_sig(c, max_chars).text)
         .collect()
+}
+
+/// What the link stage computes for the rules: for the shared configuration and, once each, for
+/// every rule's own section (which may look further back, or at fewer occurrences).
+fn for_every_rule<T>(
+    detect: &DetectConfig,
+    wanted: impl Fn(&DetectConfig) -> Vec<T>,
+    same: impl Fn(&T, &T) -> bool,
+) -> Vec<T> {
+    let mut all = wanted(detect);
+    for own in detect.own.values() {
+        for item in wanted(own) {
+            if !all.iter().any(|a| same(a, &item)) {
+                all.push(item);
+            }
+        }
+    }
+    all
 }
