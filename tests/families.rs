@@ -386,12 +386,27 @@ async fn a_user_asking_again_after_the_same_failure_each_time_is_a_loop() {
             true,
         ));
     }
-    let vs = feed(&e, events).await;
+    let vs = feed(&e, events.clone()).await;
+    // The second ask got the very answer of the first: the same wall.
+    assert_eq!(
+        first_rule(&vs),
+        Some((3, "collaboration.same_answer".to_string())),
+        "{vs:#?}"
+    );
+    // Without that rule, the third ask after answers that brought nothing new.
+    let vs = feed(&engine(without("collaboration.same_answer")), events).await;
     assert_eq!(
         first_rule(&vs),
         Some((4, "collaboration.asked_again".to_string())),
         "{vs:#?}"
     );
+}
+
+/// The default configuration with one rule switched off.
+fn without(rule: &str) -> Config {
+    let mut cfg = Config::default();
+    cfg.detect.rules_off.push(rule.to_string());
+    cfg
 }
 
 #[tokio::test]
@@ -418,7 +433,11 @@ async fn a_user_re_running_a_command_that_shows_new_output_each_time_is_not_a_lo
 
 /// A person pasting the same command again after each reply of the agent's.
 async fn asked_again_after(task: &str, replies: [&str; 3]) -> Vec<Verdict> {
-    let e = engine(Config::default());
+    asked_again_with(Config::default(), task, replies).await
+}
+
+async fn asked_again_with(cfg: Config, task: &str, replies: [&str; 3]) -> Vec<Verdict> {
+    let e = engine(cfg);
     let mut events = Vec::new();
     for reply in replies {
         events.push(collab(task, "user", "coder", "python3 -m http.server 8000"));
@@ -429,15 +448,20 @@ async fn asked_again_after(task: &str, replies: [&str; 3]) -> Vec<Verdict> {
 
 #[tokio::test]
 async fn a_user_asking_again_after_the_same_reply_reworded_each_time_is_a_loop() {
-    let vs = asked_again_after(
-        "p",
-        [
-            "It looks like you're running a local HTTP server to preview the site. Is there anything you'd like me to change on the page?",
-            "It looks like you're starting a local server to preview the site. Is there anything specific you'd like me to change or fix?",
-            "Looks like you're previewing the site with a local server. Anything you'd like me to change or improve on the page?",
-        ],
-    )
-    .await;
+    let replies = [
+        "It looks like you're running a local HTTP server to preview the site. Is there anything you'd like me to change on the page?",
+        "It looks like you're starting a local server to preview the site. Is there anything specific you'd like me to change or fix?",
+        "Looks like you're previewing the site with a local server. Anything you'd like me to change or improve on the page?",
+    ];
+    // The second ask is answered as the first was: the reply reworded.
+    let vs = asked_again_after("p", replies).await;
+    assert_eq!(
+        first_rule(&vs),
+        Some((3, "collaboration.same_answer".to_string())),
+        "{vs:#?}"
+    );
+    // And the third ask, after replies that brought nothing new, is a loop on its own.
+    let vs = asked_again_with(without("collaboration.same_answer"), "p2", replies).await;
     assert_eq!(
         first_rule(&vs),
         Some((4, "collaboration.asked_again".to_string())),
@@ -456,5 +480,157 @@ async fn a_user_asking_again_after_replies_that_say_new_things_is_not_a_loop() {
         ],
     )
     .await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+}
+
+/// A session's start: two requests answered with an edit and the agent's status line, whose
+/// counters (tokens sent, cost) move from turn to turn.
+fn session_start(task: &str) -> Vec<Envelope> {
+    vec![
+        collab(
+            task,
+            "user",
+            "coder",
+            "Build a dark landing page for the channel.",
+        ),
+        response(
+            task,
+            "Here is index.html with a hero section, a video grid and a footer.",
+        ),
+        status(task, "Applied edit to index.html", 0.8, 0.16),
+        collab(task, "user", "coder", "Fix the lint errors."),
+        response(
+            task,
+            "The errors are unescaped ampersands; they are now &amp; entities.",
+        ),
+        status(
+            task,
+            "Applied edit to index.html\nApplied edit to styles.css",
+            23.0,
+            0.39,
+        ),
+    ]
+}
+
+/// After [`session_start`], a person asks, the agent answers with a reply and its status line;
+/// then `between` happens, and the person asks the same again and the agent answers `reply`.
+fn ask_twice(
+    task: &str,
+    ask: &str,
+    first: &str,
+    between: Vec<Envelope>,
+    reply: &str,
+) -> Vec<Envelope> {
+    let mut events = session_start(task);
+    events.extend([
+        collab(task, "user", "coder", ask),
+        response(task, first),
+        status(task, "", 34.0, 0.50),
+    ]);
+    events.extend(between);
+    events.push(collab(task, "user", "coder", ask));
+    events.push(response(task, reply));
+    events.push(status(task, "", 34.4, 0.60));
+    events
+}
+
+#[tokio::test]
+async fn the_same_request_answered_the_same_way_again_is_a_loop() {
+    let e = engine(Config::default());
+    let ask = "cd ~/site\npython3 -m http.server 8000";
+    let first = "It looks like you're starting a local server to preview the site at `http://localhost:8000`.\n\nIs there anything you'd like me to change or improve on the landing page? I'm ready to help!";
+    let again = "It looks like you're running a local server to preview the site at `http://localhost:8000`.\n\nIs there anything specific you'd like me to change or improve on the landing page? I'm ready to help with any updates!";
+    // The whole answer repeats, its counters aside: caught on its last event.
+    let vs = feed(&e, ask_twice("s1", ask, first, vec![], again)).await;
+    assert_eq!(
+        first_rule(&vs),
+        Some((11, "collaboration.same_answer".to_string())),
+        "{vs:#?}"
+    );
+
+    // Not when the answer moved: a reply that says something new.
+    let moved = "The server is up; I also noticed the hero image is missing its alt text, so I added one to index.html.";
+    let vs = feed(&e, ask_twice("s2", ask, first, vec![], moved)).await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+
+    // Nor when work happened between the answer and the request coming back: the person
+    // re-runs the command to see the change, and a healthy page looks the same.
+    let edit = vec![
+        collab("s3", "user", "coder", "Make the header dark blue."),
+        response(
+            "s3",
+            "I changed the header's background to dark blue in styles.css.",
+        ),
+        status("s3", "Applied edit to styles.css", 36.0, 0.55),
+    ];
+    let vs = feed(&e, ask_twice("s3", ask, first, edit, again)).await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+}
+
+#[tokio::test]
+async fn a_request_that_hits_the_same_wall_again_after_a_change_is_a_loop() {
+    let e = engine(Config::default());
+    // The output of a turn that hit the model's limit, after whatever the session printed
+    // first: the counters in it move on every hit.
+    let limit_after = |task: &str, before: &str, input: &str, cost: &str| {
+        call_with(
+            task,
+            "agent",
+            json!({"after": "other"}),
+            &format!("{before}Tokens: 497k sent, 0 received. Cost: $1.49 message, ${cost} session.\n\nModel claude has hit a token limit!\nToken counts below are approximate.\n\nInput tokens: ~{input} of 1,000,000\nOutput tokens: ~0 of 64,000"),
+            false,
+        )
+    };
+    let limit = |task: &str, input: &str, cost: &str| limit_after(task, "", input, cost);
+    let ask = "Do you see any issues with the NLog.config file?";
+    let events = |task: &str, last: Envelope| {
+        vec![
+            collab(
+                task,
+                "user",
+                "coder",
+                "Insert this NLog configuration and tell me what you changed.",
+            ),
+            limit_after(
+                task,
+                "Scraping http://www.nlog-project.org/schemas/NLog.xsd...\n",
+                "499,113",
+                "1.50",
+            ),
+            collab(task, "user", "coder", ask),
+            limit(task, "496,589", "4.49"),
+            collab(task, "user", "coder", "When was George Washington born?"),
+            limit_after(
+                task,
+                "https://en.wikipedia.org\nAdd URL to the chat? (Y)es/(N)o [Yes]: n\n",
+                "496,420",
+                "5.98",
+            ),
+            // The person tries something: a smaller context.
+            collab(task, "user", "coder", "/drop Models/Product.cs"),
+            call_with(
+                task,
+                "agent",
+                json!({"after": "other"}),
+                "Removed Models/Product.cs from the chat",
+                false,
+            ),
+            collab(task, "user", "coder", ask),
+            last,
+        ]
+    };
+    let vs = feed(&e, events("w", limit("w", "496,262", "7.47"))).await;
+    assert_eq!(
+        first_rule(&vs),
+        Some((9, "collaboration.same_answer".to_string())),
+        "{vs:#?}"
+    );
+
+    // Beside it: the change worked, and the request got an answer.
+    let answer = response(
+        "w2",
+        "NLog.config looks fine, but the file target has no archive settings; I would add archiveAboveSize.",
+    );
+    let vs = feed(&e, events("w2", answer)).await;
     assert_eq!(first_rule(&vs), None, "{vs:#?}");
 }

@@ -366,6 +366,137 @@ pub fn asked_again(ctx: &Ctx<'_>) -> Option<Finding> {
     Some(f)
 }
 
+/// Rule `collaboration.same_answer`: a request asked again is answered as it was the time before.
+/// A person pasting the same command a second time and getting the same reply, an agent asked
+/// the same question again that hits the same wall: the whole answer — every event the
+/// addressee made after the request — repeats, event by event, the answer its last occurrence
+/// got, and nothing happened between that answer and the request coming back. It fires when the
+/// new answer is as long as the old one, so once per return. A request re-sent after work that
+/// changed something (an edit, then the tests run again) is following the work, and an answer
+/// that differs anywhere (a run's output that moved) brought something.
+pub fn same_answer(ctx: &Ctx<'_>) -> Option<Finding> {
+    let e = ctx.entry;
+    if ctx.external || e.is_passive() || !answer_like(e) {
+        return None;
+    }
+    // The request this event answers: the newest message that is not a protocol turn.
+    let asked = ctx
+        .state
+        .window
+        .iter()
+        .rev()
+        .find(|w| message(&w.body).is_some_and(|m| !m.protocol))?;
+    let m = message(&asked.body)?;
+    if is_delivery(m.sig) {
+        return None;
+    }
+    let r = Request::of(ctx.state, &m);
+    if !r.answers(e) {
+        return None;
+    }
+    // Its last occurrence: the same request (by the identity links), from the same sender.
+    let previous = ctx
+        .state
+        .window
+        .iter()
+        .rev()
+        .filter(|w| asked.is_same_as(w.seq))
+        .find(|w| message(&w.body).is_some_and(|o| o.from == m.from && o.to == m.to))?;
+    // The answer it got: what the addressee did until the next request.
+    let next = ctx
+        .state
+        .window
+        .iter()
+        .find(|w| w.seq > previous.seq && message(&w.body).is_some_and(|o| !o.protocol))?
+        .seq;
+    let then: Vec<&Entry> = between(ctx.state, previous.seq, next)
+        .filter(|w| r.answers(w))
+        .collect();
+    let now: Vec<&Entry> = between(ctx.state, asked.seq, e.seq)
+        .filter(|w| r.answers(w))
+        .collect();
+    if then.len() != now.len() + 1 {
+        return None;
+    }
+    // Between that answer and the return, nothing moved: no news from anyone. Unless the
+    // answer is a failure: then whatever was tried between (a change, a smaller context) did
+    // not reach it, and the request hit the same wall again.
+    let returning = ctx.cfg.collaboration.returning_similarity;
+    if !failed(e)
+        && between(ctx.state, next - 1, asked.seq)
+            .filter(|w| w.seq >= next)
+            .any(|w| brought_news(ctx.state, w, returning))
+    {
+        return None;
+    }
+    // Event by event, the answer repeats the old one: the same event, a reply reworded as
+    // closely as a returning request, or the environment failing again (a rate limit).
+    let alike = |new: &Entry, old: &Entry| {
+        new.body.channel() == old.body.channel()
+            && (new.is_same_as(old.seq)
+                || external(new) && external(old)
+                || matches!(new.body, EntryBody::Response { .. })
+                    && new.closest_earlier.is_some_and(|c| c >= returning))
+    };
+    if !now.iter().zip(&then).all(|(n, o)| alike(n, o)) {
+        return None;
+    }
+    let last = then[then.len() - 1];
+    let link = ctx.link(last.seq).filter(|l| {
+        !l.stale
+            && (l.same
+                || matches!(e.body, EntryBody::Response { .. })
+                    && l.cos.is_some_and(|c| c >= returning))
+    })?;
+    let mut f = Finding::new(
+        LoopKind::CollaborationLoop,
+        format!(
+            "{} asked {} again what it asked at seq {} (seq {}), and got the same answer again: {} event(s), each repeating the answer of seq {}–{}, nothing new since",
+            m.from,
+            m.to,
+            previous.seq,
+            asked.seq,
+            then.len(),
+            then[0].seq,
+            last.seq,
+        ),
+    );
+    f.matched = Some(last.seq);
+    f.similarity = link.similarity();
+    Some(f)
+}
+
+/// A failure outside the agent's control (a rate limit, an outage).
+fn external(e: &Entry) -> bool {
+    match &e.body {
+        EntryBody::Failure { external, .. } => *external,
+        EntryBody::ToolCall { result, .. } => result.as_ref().is_some_and(|r| r.external),
+        _ => false,
+    }
+}
+
+/// A failure, or a call that ended in an error or a "nothing found" ([`crate::signature::Outcome`]).
+fn failed(e: &Entry) -> bool {
+    match &e.body {
+        EntryBody::Failure { .. } => true,
+        EntryBody::ToolCall { result, .. } => result
+            .as_ref()
+            .is_some_and(|r| r.failed || r.outcome.is_some()),
+        _ => false,
+    }
+}
+
+/// Can the event be (part of) an answer: a response, a message, a call, a failure?
+fn answer_like(e: &Entry) -> bool {
+    matches!(
+        e.body,
+        EntryBody::Response { .. }
+            | EntryBody::Collaboration { .. }
+            | EntryBody::ToolCall { .. }
+            | EntryBody::Failure { .. }
+    )
+}
+
 /// A request that keeps coming back, answered each time: the rounds `unchanged_artifact` and
 /// `asked_again` read.
 struct Rounds<'c> {

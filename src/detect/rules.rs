@@ -146,6 +146,14 @@ pub static RULES: &[Rule] = &[
         check: Check::Loop(collaboration::asked_again),
     },
     Rule {
+        id: "collaboration.same_answer",
+        kinds: &[K::CollaborationLoop],
+        statement: "a request asked again is answered as it was the time before, nothing new since it came back",
+        settings: &["detect.collaboration.returning_similarity"],
+        inputs: &[],
+        check: Check::Loop(collaboration::same_answer),
+    },
+    Rule {
         id: "collaboration.courtesies",
         kinds: &[K::CollaborationLoop],
         statement: "short turns trading courtesies (thanks, goodbye, anything else?) one after another from two parties or more, nothing else said or done",

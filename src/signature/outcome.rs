@@ -88,6 +88,7 @@ static ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
         | ^(?i:no\ (?:matches|results?|files?|such))\b
         | ^(?i:could\ ?n[o']t\ find|cannot\ find|unable\ to\ find|nothing\ found)\b
         | (?i:\bnot\ found\.?$|did\ not\ produce\ any\ output|timed\ out)
+        | (?i:\b(?:hit|exceeded|reached)\ (?:the\ |a\ |its\ |your\ )?(?:[\w-]+\ ){0,2}limit\b)   # has hit a token limit!
         "#,
     )
     .expect("the error-line pattern compiles")
@@ -504,6 +505,27 @@ mod tests {
         let f = out("Traceback (most recent call last):\n  File \"/t/x.py\", line 9, in <module>\n    g()\nKeyError: 'name'\n");
         assert_eq!(e, f);
         assert_eq!(e.text, "KeyError: 'name'");
+    }
+
+    #[test]
+    fn a_limit_hit_is_an_error_line_whatever_the_limit() {
+        for output in [
+            "Tokens: 497k sent, 0 received.\n\nModel anthropic/claude has hit a token limit!\nInput tokens: ~496,589 of 1,000,000",
+            "Request failed: exceeded the rate limit",
+            "You have reached your monthly usage limit.",
+        ] {
+            assert!(outcome_of(output).is_some(), "{output:?}");
+        }
+        // Counters around it do not tell two hits apart.
+        let a = out("Model m has hit a token limit!\nInput tokens: ~496,589 of 1,000,000");
+        let b = out("Model m has hit a token limit!\nInput tokens: ~496,262 of 1,000,000");
+        assert_eq!(a.exact, b.exact);
+        for content in [
+            "The limit is 10 requests per minute.",
+            "Set the rate limit with --limit 5.",
+        ] {
+            assert!(outcome_of(content).is_none(), "{content:?}");
+        }
     }
 
     #[test]
