@@ -154,6 +154,14 @@ pub static RULES: &[Rule] = &[
         check: Check::Loop(collaboration::same_answer),
     },
     Rule {
+        id: "collaboration.same_reply",
+        kinds: &[K::CollaborationLoop],
+        statement: "whatever it is asked, the agent says the same: its replies to the last different requests of one sender say the same thing, reworded",
+        settings: &["detect.collaboration.occurrences", "detect.collaboration.returning_similarity"],
+        inputs: &[],
+        check: Check::Loop(collaboration::same_reply),
+    },
+    Rule {
         id: "collaboration.courtesies",
         kinds: &[K::CollaborationLoop],
         statement: "short turns trading courtesies (thanks, goodbye, anything else?) one after another from two parties or more, nothing else said or done",
