@@ -634,3 +634,49 @@ async fn a_request_that_hits_the_same_wall_again_after_a_change_is_a_loop() {
     let vs = feed(&e, events("w2", answer)).await;
     assert_eq!(first_rule(&vs), None, "{vs:#?}");
 }
+
+/// A person asking three different things of the agent, and the agent's `replies`.
+async fn three_asks(task: &str, replies: [&str; 3]) -> Vec<Verdict> {
+    let e = engine(Config::default());
+    let asks = [
+        "draw_text centres its text when its sixth argument is 1; give me the change as a SEARCH/REPLACE block so aider can apply it.",
+        "Use this format: the file name on the first line, then <<<<<<< ORIGINAL, the old lines, =======, the new lines, >>>>>>> UPDATED.",
+        "Wrap the code block in ```git and put the file name inside it.",
+    ];
+    let mut events = Vec::new();
+    for (ask, reply) in asks.iter().zip(replies) {
+        events.push(collab(task, "user", "coder", ask));
+        events.push(response(task, reply));
+    }
+    feed(&e, events).await
+}
+
+#[tokio::test]
+async fn whatever_it_is_asked_the_agent_re_sending_the_same_proposal_is_a_loop() {
+    let vs = three_asks(
+        "f",
+        [
+            "Here is the change in the git revision style, ready for aider:\n\nwindow_craftcommand.rb\n```ruby\n<<<<<<< HEAD\n    self.contents.draw_text(x, 0, 200, 32, @commands[index])\n=======\n    self.contents.draw_text(x, 0, 200, 32, @commands[index], 1)\n>>>>>>> REPLACE\n```",
+            "Here is the change in the format you asked for:\n\nwindow_craftcommand.rb\n```ruby\n<<<<<<< ORIGINAL\n    self.contents.draw_text(x, 0, 200, 32, @commands[index])\n=======\n    self.contents.draw_text(x, 0, 200, 32, @commands[index], 1)\n>>>>>>> UPDATED\n```",
+            "```git\nwindow_craftcommand.rb\n<<<<<<< ORIGINAL\n    self.contents.draw_text(x, 0, 200, 32, @commands[index])\n=======\n    self.contents.draw_text(x, 0, 200, 32, @commands[index], 1)\n>>>>>>> UPDATED\n```",
+        ],
+    )
+    .await;
+    assert_eq!(
+        first_rule(&vs),
+        Some((5, "collaboration.same_reply".to_string())),
+        "{vs:#?}"
+    );
+
+    // Beside it: each request answered with what it asked for.
+    let vs = three_asks(
+        "f2",
+        [
+            "window_craftcommand.rb\n```ruby\n<<<<<<< SEARCH\n    self.contents.draw_text(x, 0, 200, 32, @commands[index])\n=======\n    self.contents.draw_text(x, 0, 200, 32, @commands[index], 1)\n>>>>>>> REPLACE\n```",
+            "Applied: the three options are now centred. I also widened the window to 640 pixels so the labels fit.",
+            "The commit is in: `Centre the craft command options`. Run the test scene to see the new layout.",
+        ],
+    )
+    .await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+}

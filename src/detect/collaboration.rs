@@ -481,9 +481,7 @@ pub fn same_reply(ctx: &Ctx<'_>) -> Option<Finding> {
     let e = ctx.entry;
     let said = |w: &Entry| match &w.body {
         EntryBody::Response { .. } => true,
-        EntryBody::Collaboration {
-            protocol, sig, ..
-        } => !protocol && !is_delivery(sig),
+        EntryBody::Collaboration { protocol, sig, .. } => !protocol && !is_delivery(sig),
         _ => false,
     };
     if !said(e) {
