@@ -680,3 +680,54 @@ async fn whatever_it_is_asked_the_agent_re_sending_the_same_proposal_is_a_loop()
     .await;
     assert_eq!(first_rule(&vs), None, "{vs:#?}");
 }
+
+/// An agent's own view of a session (no prompts): a tool prints the repository map and the agent
+/// answers with `answer`; other work; then the same map and `again`.
+async fn map_twice(task: &str, answer: &str, again: &str) -> Vec<Verdict> {
+    let e = engine(Config::default());
+    let map = || {
+        call_with(
+            task,
+            "agent",
+            json!({"after": "other"}),
+            "Here are summaries of some files present in my git repository.",
+            false,
+        )
+    };
+    feed(
+        &e,
+        vec![
+            map(),
+            response(task, answer),
+            response(task, "Since you're using Windows PowerShell, this lists every file: Get-ChildItem -Path src -Recurse -File"),
+            call_with(task, "agent", json!({"after": "run"}), "Running Get-ChildItem -Path src -Recurse -File", false),
+            map(),
+            response(task, again),
+        ],
+    )
+    .await
+}
+
+const READ_ONLY: &str = "Do not propose changes to these files, treat them as *read-only*.\nIf you need to edit any of these files, ask me to *add them to the chat* first.\n\n.gitignore\n\nREADME.md\n\npackage-lock.json\n\npackage.json\n\npublic/favicon.ico\n\npublic/index.html\n\npublic/manifest.json\n\nsrc/App.css";
+
+#[tokio::test]
+async fn an_exchange_replayed_word_for_word_later_on_is_a_loop() {
+    let vs = map_twice("m", READ_ONLY, READ_ONLY).await;
+    assert_eq!(
+        first_rule(&vs),
+        Some((5, "response.replayed".to_string())),
+        "{vs:#?}"
+    );
+    // Beside it: a short acknowledgement said again is no replay, and a long answer that moved
+    // (the map now lists the files the agent asked for) is none either.
+    let vs = map_twice(
+        "m2",
+        "Understood, waiting for your instructions.",
+        "Understood, waiting for your instructions.",
+    )
+    .await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+    let moved = format!("{READ_ONLY}\n\nsrc/pages/HomePage.tsx\n\nsrc/services/api.ts");
+    let vs = map_twice("m3", READ_ONLY, &moved).await;
+    assert_eq!(first_rule(&vs), None, "{vs:#?}");
+}

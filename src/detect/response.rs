@@ -48,6 +48,60 @@ pub fn detect(ctx: &Ctx<'_>) -> Option<Finding> {
     Some(f)
 }
 
+/// Characters a response needs before saying it again word for word is a replay: short ones
+/// ("Done.", "Understood, waiting for your instructions.") are said again for good reasons.
+const REPLAY_MIN_CHARS: usize = 200;
+
+/// Rule `response.replayed`: an earlier exchange replayed word for word, later in the task — a
+/// long response identical to an earlier one, right after an event identical to the one right
+/// before it (the same output), with other events between the two. An agent that answers by
+/// redoing what it did before, to the letter, has not moved. What came before must be the
+/// agent's or its tools': a request asked again and answered the same way is
+/// `collaboration.same_answer`'s, which asks whether anything moved in between.
+pub fn replayed(ctx: &Ctx<'_>) -> Option<Finding> {
+    let EntryBody::Response { sig, .. } = &ctx.entry.body else {
+        return None;
+    };
+    if sig.text.chars().count() < REPLAY_MIN_CHARS {
+        return None;
+    }
+    let window = &ctx.state.window;
+    let before = window.back()?;
+    if matches!(before.body, EntryBody::Collaboration { .. }) {
+        return None;
+    }
+    for l in ctx.links.iter().rev() {
+        if l.stale || !l.same || !l.exact() {
+            continue;
+        }
+        let Some(i) = window.iter().position(|w| w.seq == l.seq) else {
+            continue;
+        };
+        let Some(then) = i.checked_sub(1).map(|j| &window[j]) else {
+            continue;
+        };
+        // Other events between: a response said again at once is `response.repeat`'s.
+        if before.seq <= l.seq + 1 || !before.is_same_as(then.seq) {
+            continue;
+        }
+        let mut f = Finding::new(
+            LoopKind::ExactRepeat,
+            format!(
+                "seq {} and {} replay seq {} and {} word for word, after {} other event(s)",
+                before.seq,
+                ctx.entry.seq,
+                then.seq,
+                l.seq,
+                before.seq - l.seq - 1
+            ),
+        );
+        f.matched = Some(l.seq);
+        f.similarity = l.similarity();
+        return Some(f);
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::detect;

@@ -218,6 +218,14 @@ pub static RULES: &[Rule] = &[
         check: Check::Loop(response::detect),
     },
     Rule {
+        id: "response.replayed",
+        kinds: &[K::ExactRepeat],
+        statement: "an earlier exchange replayed word for word later on: a long response identical to an earlier one, right after an output identical to the one before it",
+        settings: &[],
+        inputs: &[],
+        check: Check::Loop(response::replayed),
+    },
+    Rule {
         id: "negative.nothing_found_alike",
         kinds: &[K::ResultRepeat],
         statement: "calls in a row each find nothing and say so alike, apart from what they asked (another name, a rewording); not when each search widens the one before",
