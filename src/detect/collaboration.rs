@@ -517,7 +517,6 @@ pub fn same_reply(ctx: &Ctx<'_>) -> Option<Finding> {
     if rounds.len() < need {
         return None;
     }
-    let requester = Some(who);
     // Different requests, and not one template filled in with item after item (a batch: the
     // same verdict on two items is no loop). The same request asked again is `same_answer`'s.
     let requests: Vec<&TextSig> = rounds
@@ -551,7 +550,7 @@ pub fn same_reply(ctx: &Ctx<'_>) -> Option<Finding> {
         .rev()
         .map(|(q, a)| format!("{}→{}", q.seq, a.seq))
         .collect();
-    let (from, to) = requester?;
+    let (from, to) = who;
     let mut f = Finding::new(
         LoopKind::CollaborationLoop,
         format!(
